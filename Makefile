@@ -1,0 +1,39 @@
+# duplex_es — the two set-up commands are `make demo` and `make test`; both install what is missing.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+DB     ?=
+
+.PHONY: install demo test serve worker bench postgres clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	@touch $(STAMP)
+
+## install: create .venv and install duplex_es with its test tools (only what is missing)
+install: $(STAMP)
+
+## demo: speak the fixture question through serve + worker on a new SQLite file; show replay and audit
+demo: install
+	$(BIN)/duplex-es demo
+
+## test: the whole suite, on SQLite and on the local PostgreSQL
+test: install postgres
+	$(BIN)/python -m pytest -q
+
+## serve / worker: run the server and a worker on $(DB) (default: ./duplex_es.db)
+serve: install
+	$(BIN)/duplex-es serve $(if $(DB),--db $(DB))
+
+worker: install
+	$(BIN)/duplex-es worker $(if $(DB),--db $(DB))
+
+## postgres: start the local PostgreSQL cluster if it is not running (the tests need it)
+postgres:
+	@scripts/ensure-postgres
+
+clean:
+	rm -rf $(VENV) demo-output .pytest_cache .hypothesis *.egg-info

@@ -1,0 +1,200 @@
+"""Audit: prove from the stored rows that a session's log is intact and that every model step
+applied exactly the accepted events it claims, once, in order.
+
+The checks deliberately do not reuse the reducer's bookkeeping: they walk the raw rows and
+recompute what must hold, so a reducer bug cannot hide itself.
+
+* **chain** — seqs run 1..n without gaps; each ``prev_hash`` is the previous row's ``hash`` and
+  each ``hash`` recomputes (DESIGN I9): any edit, deletion or reordering breaks it;
+* **decode** — every row decodes with the current catalogue (upcasting older versions);
+* **ticks** — each tick's ``applied_event_ids`` are strictly increasing, name accepted
+  model-feeding events logged before the tick, and are never named by another tick; every
+  model-feeding event is applied by exactly one committed tick or discarded by exactly one
+  explicit event; a closed session leaves nothing pending (DESIGN I5);
+* **outputs** — every output names an issued tick and echoes its identity exactly; no tick has
+  two outputs (DESIGN I5, I6);
+* **responses** — each response ends with exactly one ``response.done`` and no accepted output
+  follows it.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import attrs
+
+from duplex_es.domain import SessionState, classify_output, evolve
+from duplex_es.events import (
+    MODEL_FEEDING,
+    EpochAdvanced,
+    Event,
+    ResponseCreated,
+    ResponseDone,
+    SessionClosed,
+    SessionUpdated,
+    TickFailed,
+    TickIssued,
+    TickOutput,
+    decode,
+)
+from duplex_es.store import EventLog
+from duplex_es.store.chain import GENESIS, event_hash
+
+__all__ = ["Violation", "SessionAudit", "audit_session", "audit_all"]
+
+
+@attrs.frozen
+class Violation:
+    """One broken rule: which check, at which seq, and what is wrong."""
+
+    check: str
+    seq: Optional[int]
+    message: str
+
+
+@attrs.frozen
+class SessionAudit:
+    """The audit of one session."""
+
+    session_id: str
+    events: int
+    ticks: int
+    committed_ticks: int
+    applied_events: int
+    discarded_events: int
+    pending_events: int
+    responses: int
+    violations: tuple[Violation, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when no rule is broken."""
+        return not self.violations
+
+
+def audit_session(log: EventLog, session_id: str) -> SessionAudit:
+    """Audit one session from its stored rows."""
+    rows = log.read_raw(session_id)
+    bad: list[Violation] = []
+
+    # chain -------------------------------------------------------------------------------
+    prev = GENESIS
+    for i, r in enumerate(rows, start=1):
+        if r.seq != i:
+            bad.append(Violation("chain", r.seq, f"expected seq {i}, found {r.seq} (gap or reordering)"))
+        if r.prev_hash != prev:
+            bad.append(Violation("chain", r.seq, "prev_hash does not match the previous event's hash"))
+        want = event_hash(r.prev_hash, r.session_id, r.seq, r.type, r.version, r.data, r.recorded_at_us)
+        if r.hash != want:
+            bad.append(Violation("chain", r.seq, "hash does not match the event's content (edited)"))
+        prev = r.hash
+
+    # decode ------------------------------------------------------------------------------
+    events: list[tuple[int, Event]] = []
+    for r in rows:
+        try:
+            events.append((r.seq, decode(r.type, r.version, r.data)))
+        except Exception as exc:
+            bad.append(Violation("decode", r.seq, str(exc)))
+
+    # ticks and outputs ---------------------------------------------------------------------
+    feeding: dict[int, str] = {}  # seq -> type of every accepted model-feeding event
+    applied_by: dict[int, str] = {}  # event seq -> request_id of the tick naming it
+    discarded: dict[int, int] = {}  # event seq -> seq of the event discarding it
+    ticks: dict[str, tuple[int, TickIssued]] = {}
+    outputs: dict[str, int] = {}
+    committed: set[str] = set()
+    cancelled: set[str] = set()
+    created: dict[str, int] = {}
+    done: dict[str, int] = {}
+    closed = False
+    state = SessionState()
+    for seq, ev in events:
+        if ev.TYPE in MODEL_FEEDING and (not isinstance(ev, SessionUpdated) or ev.model_relevant):
+            feeding[seq] = ev.TYPE
+        if isinstance(ev, TickIssued):
+            if ev.request_id in ticks:
+                bad.append(Violation("ticks", seq, f"request_id {ev.request_id} issued twice"))
+            ticks[ev.request_id] = (seq, ev)
+            ids = list(ev.applied_event_ids)
+            if ids != sorted(set(ids)):
+                bad.append(Violation("ticks", seq, f"applied_event_ids {ids} are not strictly increasing"))
+            for a in ids:
+                if a >= seq or a not in feeding:
+                    bad.append(Violation("ticks", seq, f"applies seq {a}, which is not an accepted model-feeding event before it"))
+                elif a in applied_by:
+                    bad.append(Violation("ticks", seq, f"applies seq {a}, already applied by {applied_by[a]}"))
+                elif a in discarded:
+                    bad.append(Violation("ticks", seq, f"applies seq {a}, discarded at seq {discarded[a]}"))
+                else:
+                    applied_by[a] = ev.request_id
+        elif isinstance(ev, (TickOutput, TickFailed)):
+            issued = ticks.get(ev.request_id)
+            if issued is None:
+                bad.append(Violation("outputs", seq, f"output for unknown tick {ev.request_id}"))
+            else:
+                t = issued[1]
+                echo = (ev.session_id, ev.response_id, ev.epoch, ev.chunk_index, tuple(ev.applied_event_ids))
+                want = (session_id, t.response_id, t.epoch, t.chunk_index, tuple(t.applied_event_ids))
+                if echo != want:
+                    bad.append(Violation("outputs", seq, f"output does not echo tick {ev.request_id}: {echo} != {want}"))
+            if ev.request_id in outputs:
+                bad.append(Violation("outputs", seq, f"tick {ev.request_id} has a second output (first at seq {outputs[ev.request_id]})"))
+            outputs[ev.request_id] = seq
+            verdict = classify_output(state, ev)
+            if isinstance(ev, TickOutput) and verdict.accepted:
+                committed.add(ev.request_id)
+                if ev.response_id in done:
+                    bad.append(Violation("responses", seq, f"accepted output after response.done of {ev.response_id}"))
+        elif isinstance(ev, EpochAdvanced):
+            cancelled.update(ev.cancelled_request_ids)
+            for d in ev.discarded_event_ids:
+                if d not in feeding:
+                    bad.append(Violation("ticks", seq, f"discards seq {d}, which is not a model-feeding event"))
+                elif d in discarded:
+                    bad.append(Violation("ticks", seq, f"discards seq {d} a second time"))
+                else:
+                    owner = applied_by.get(d)
+                    if owner is not None and (owner in committed or owner not in ev.cancelled_request_ids):
+                        bad.append(Violation("ticks", seq, f"discards seq {d}, applied by live or committed tick {owner}"))
+                    discarded[d] = seq
+        elif isinstance(ev, ResponseCreated):
+            created[ev.response_id] = seq
+        elif isinstance(ev, ResponseDone):
+            if ev.response_id not in created:
+                bad.append(Violation("responses", seq, f"response.done for unknown response {ev.response_id}"))
+            if ev.response_id in done:
+                bad.append(Violation("responses", seq, f"second response.done for {ev.response_id}"))
+            done[ev.response_id] = seq
+        elif isinstance(ev, SessionClosed):
+            closed = True
+        state = evolve(state, seq, ev)
+
+    for rid, (seq, t) in ticks.items():
+        if t.applied_event_ids and rid not in committed and rid not in cancelled and closed:
+            bad.append(Violation("ticks", seq, f"tick {rid} neither committed nor cancelled in a closed session"))
+    applied_ok = {s for s, rid in applied_by.items() if rid in committed}
+    pending = [s for s in feeding if s not in applied_ok and s not in discarded]
+    if closed:
+        for s in pending:
+            bad.append(Violation("ticks", s, f"{feeding[s]} at seq {s} was never applied nor discarded"))
+    for rid, seq in created.items():
+        if rid not in done and closed:
+            bad.append(Violation("responses", seq, f"response {rid} never got response.done"))
+
+    return SessionAudit(
+        session_id=session_id,
+        events=len(rows),
+        ticks=len(ticks),
+        committed_ticks=len(committed),
+        applied_events=len(applied_ok),
+        discarded_events=len(discarded),
+        pending_events=len(pending),
+        responses=len(created),
+        violations=tuple(bad),
+    )
+
+
+def audit_all(log: EventLog) -> list[SessionAudit]:
+    """Audit every session in the log."""
+    return [audit_session(log, sid) for sid in log.session_ids()]

@@ -1,0 +1,1 @@
+"""The duplex-es command line: serve, worker, db, replay, audit, demo."""

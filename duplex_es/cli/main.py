@@ -1,0 +1,225 @@
+"""``duplex-es``: the command line.
+
+Every command takes ``--db URL``; the default is ``DUPLEX_ES_DATABASE_URL``, else the SQLite file
+``duplex_es.db`` in the working directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from typing import Optional, Sequence
+
+from rich.console import Console
+
+from duplex_es.store import Database, EventLog, upgrade
+
+__all__ = ["main", "build_parser"]
+
+console = Console()
+
+
+def _open_db(args: argparse.Namespace, *, migrate: bool = True) -> Database:
+    db = Database(args.db)
+    if migrate:
+        upgrade(db)
+    return db
+
+
+def _resolve_session(log: EventLog, given: str) -> str:
+    if log.head(given):
+        return given
+    matches = log.find_session(given)
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise SystemExit(f"duplex-es: no session {given!r} in this database")
+    raise SystemExit(f"duplex-es: {given!r} matches {len(matches)} sessions; give more of the id")
+
+
+# ------------------------------------------------------------------------------------ commands
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from duplex_es.store.migrate import current_revision, head_revision
+
+    db = Database(args.db)
+    if args.db_command == "upgrade":
+        rev = upgrade(db)
+        console.print(f"database {db.describe()} is at revision [bold]{rev}[/]")
+    else:
+        console.print(f"database {db.describe()}: revision {current_revision(db)} (head {head_revision()})")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from duplex_es.protocol import MAX_FRAME_BYTES
+    from duplex_es.server.app import create_app
+
+    db = _open_db(args)
+    app = create_app(db, api_key=args.api_key, poll_ms=args.poll_ms)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        ws="websockets",
+        ws_max_size=MAX_FRAME_BYTES + 4096,
+        log_level=args.log_level.lower(),
+    )
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from duplex_es.worker.runner import Worker
+    from duplex_es.worker.speech.engine import CascadeSpeechEngine
+
+    db = _open_db(args)
+    engine = CascadeSpeechEngine(chunk_ms=args.chunk_ms)
+    worker = Worker(
+        EventLog(db),
+        [engine],
+        worker_id=args.worker_id,
+        claim_ttl_ms=args.claim_ttl_ms,
+        poll_ms=args.poll_ms,
+        step_delay_ms=args.step_delay_ms,
+    )
+
+    def stop(signum: int, _frame: object) -> None:
+        logging.getLogger(__name__).info("signal %d: stopping after the current tick", signum)
+        worker.stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    worker.run()
+    return 0
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    log = EventLog(_open_db(args))
+    table = Table(title=f"sessions in {log.db.describe()}")
+    for col in ("session", "events"):
+        table.add_column(col)
+    for sid in log.session_ids():
+        table.add_row(sid, str(log.head(sid)))
+    console.print(table)
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from duplex_es.cli.render import print_replay, replay_json
+    from duplex_es.replay import replay
+
+    log = EventLog(_open_db(args))
+    result = replay(log, _resolve_session(log, args.session_id), at=args.at)
+    if args.json:
+        print(json.dumps(replay_json(result), indent=2))
+    else:
+        print_replay(console, result)
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from duplex_es.audit import audit_all, audit_session
+    from duplex_es.cli.render import audit_json, print_audit
+
+    log = EventLog(_open_db(args))
+    audits = [audit_session(log, _resolve_session(log, args.session_id))] if args.session_id else audit_all(log)
+    if args.json:
+        print(json.dumps(audit_json(audits), indent=2))
+    else:
+        print_audit(console, audits)
+    return 0 if all(a.ok for a in audits) else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from duplex_es.cli.demo import run_demo
+
+    return run_demo(console, db_url=args.db, audio=args.audio, out_dir=args.out, port=args.port, chunk_ms=args.chunk_ms)
+
+
+# -------------------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``duplex-es``."""
+    parser = argparse.ArgumentParser(
+        prog="duplex-es",
+        description="Event-sourced session engine for full-duplex realtime sessions: the log is the truth.",
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--db",
+        default=None,
+        metavar="URL",
+        help="database URL: sqlite:///file.db or postgresql+psycopg://user@host/db "
+        "(default: $DUPLEX_ES_DATABASE_URL, else sqlite:///duplex_es.db)",
+    )
+    common.add_argument("--log-level", default=os.environ.get("DUPLEX_ES_LOG_LEVEL", "INFO"), help="logging level (default INFO)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("db", parents=[common], help="manage the database schema (Alembic migrations)")
+    p.add_argument("db_command", choices=["upgrade", "current"])
+    p.set_defaults(func=cmd_db)
+
+    p = sub.add_parser("serve", parents=[common], help="run the Realtime WebSocket server")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=os.environ.get("DUPLEX_ES_API_KEY"), help="require this bearer token ($DUPLEX_ES_API_KEY)")
+    p.add_argument("--poll-ms", type=int, default=5, help="log polling interval while idle (ms)")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("worker", parents=[common], help="run a worker: claim ticks, run the engine, append outputs")
+    p.add_argument("--engine", choices=["speech"], default="speech")
+    p.add_argument("--claim-ttl-ms", type=int, default=5000, help="tick claim lease (ms)")
+    p.add_argument("--poll-ms", type=int, default=10, help="idle polling interval (ms)")
+    p.add_argument("--chunk-ms", type=int, default=500, help="audio per tick (ms)")
+    p.add_argument("--step-delay-ms", type=int, default=0, help="extra time per step, to stand in for a slower model (ms)")
+    p.add_argument("--worker-id", default=None)
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("sessions", parents=[common], help="list the sessions in the log")
+    p.set_defaults(func=cmd_sessions)
+
+    p = sub.add_parser("replay", parents=[common], help="rebuild a session from the log and show its timeline")
+    p.add_argument("session_id", help="session id (a unique prefix is enough)")
+    p.add_argument("--at", type=int, default=None, metavar="SEQ", help="stop after this seq")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("audit", parents=[common], help="check hash chains, seqs, ticks and outputs; exit 1 on any violation")
+    p.add_argument("session_id", nargs="?", default=None, help="one session (default: all)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_audit)
+
+    p = sub.add_parser("demo", parents=[common], help="speak the fixture question through serve + worker and show replay and audit")
+    p.add_argument("--audio", default=None, help="a mono PCM16 WAV to send (default: the shared weather question)")
+    p.add_argument("--out", default="demo-output", help="folder for the database, logs and reply WAV")
+    p.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
+    p.add_argument("--chunk-ms", type=int, default=500)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``duplex-es`` console script."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Rendering replays and audits for people (rich tables) and for programs (JSON)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from duplex_es.audit import SessionAudit
+from duplex_es.domain import SessionState
+from duplex_es.events import to_plain
+from duplex_es.replay import Replay
+
+__all__ = ["print_replay", "replay_json", "print_audit", "audit_json", "state_lines"]
+
+_VERDICT_STYLE = {"accepted": "green", "decided": "cyan"}
+
+
+def _clock(us: int) -> str:
+    return dt.datetime.fromtimestamp(us / 1e6, tz=dt.timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+
+
+def state_lines(state: SessionState) -> list[str]:
+    """A short human summary of a session state."""
+    cfg = state.config
+    lines = [
+        f"session {state.session_id}: {state.status}, seq {state.seq}, epoch {state.epoch}",
+    ]
+    if cfg is not None:
+        lines.append(
+            f"config: model={cfg.model} voice={cfg.voice} modalities={','.join(cfg.output_modalities)} "
+            f"input={cfg.input_format.type}@{cfg.input_format.rate} output={cfg.output_format.type}@{cfg.output_format.rate}"
+        )
+    lines.append(f"input buffer: {len(state.buffer.append_seqs)} appends, {state.buffer.samples} samples; audio clock {state.input_clock} samples")
+    for item_id in state.item_order:
+        it = state.items[item_id]
+        audio = it.input_samples * 1000 // it.audio_rate if it.role == "user" else it.audio_ms
+        lines.append(f"  {it.role:9} {it.id} [{it.status}] {audio} ms: {it.transcript or it.input_text!r}")
+    for r in state.responses.values():
+        lines.append(
+            f"  response {r.id} [{r.status}{'/' + r.status_reason if r.status_reason else ''}] "
+            f"generated {r.generated_ms} ms, played {r.played_ms} ms, committed {r.committed_ms} ms, chunks {r.next_chunk}"
+        )
+    lines.append(f"unapplied model-feeding events: {list(state.unapplied)}")
+    return lines
+
+
+def print_replay(console: Console, result: Replay) -> None:
+    """Print a replay's timeline and its final state."""
+    table = Table(title=f"session {result.session_id}: events 1..{result.state.seq} of {result.head}")
+    table.add_column("seq", justify="right")
+    table.add_column("time (UTC)")
+    table.add_column("type")
+    table.add_column("verdict")
+    table.add_column("key fields", overflow="fold")
+    for row in result.timeline:
+        style = _VERDICT_STYLE.get(row.verdict.split(":")[0], "yellow" if row.verdict.startswith("discarded") else "red")
+        table.add_row(str(row.seq), _clock(row.recorded_at_us), row.type, f"[{style}]{row.verdict}[/]", row.summary)
+    console.print(table)
+    console.print("\n".join(state_lines(result.state)), highlight=False)
+
+
+def replay_json(result: Replay) -> dict[str, Any]:
+    """A replay as JSON-ready data."""
+    return {
+        "session_id": result.session_id,
+        "seq": result.state.seq,
+        "head": result.head,
+        "timeline": [to_plain(r) for r in result.timeline],
+        "state": to_plain(result.state),
+    }
+
+
+def print_audit(console: Console, audits: Sequence[SessionAudit]) -> None:
+    """Print audit results and every violation."""
+    table = Table(title="audit")
+    for col in ("session", "events", "ticks", "committed", "applied", "discarded", "pending", "responses", "result"):
+        table.add_column(col, justify="right" if col not in ("session", "result") else "left")
+    for a in audits:
+        result = "[green]ok[/]" if a.ok else f"[red]{len(a.violations)} violation(s)[/]"
+        table.add_row(
+            a.session_id, str(a.events), str(a.ticks), str(a.committed_ticks), str(a.applied_events),
+            str(a.discarded_events), str(a.pending_events), str(a.responses), result,
+        )
+    console.print(table)
+    for a in audits:
+        for v in a.violations:
+            console.print(f"[red]{a.session_id} seq {v.seq} [{v.check}][/] {v.message}", highlight=False)
+    if not audits:
+        console.print("no sessions in the log")
+
+
+def audit_json(audits: Sequence[SessionAudit]) -> dict[str, Any]:
+    """Audit results as JSON-ready data."""
+    return {"ok": all(a.ok for a in audits), "sessions": [to_plain(a) for a in audits]}

@@ -1,0 +1,63 @@
+"""Error codes a client can branch on.
+
+Where OpenAI's Realtime API has a code for a situation, duplex_es uses it
+(``reference/realtime-protocol.md`` §1.5); the rest are duplex_es codes named the same way.
+Every refusal logs a ``command.rejected`` event carrying one of these codes (DESIGN I3).
+"""
+
+from __future__ import annotations
+
+__all__ = ["Code", "ERROR_TYPES"]
+
+
+class Code:
+    """The error codes. Values are the strings sent in ``error.code``."""
+
+    # Frames and envelopes (protocol layer).
+    INVALID_JSON = "invalid_json"
+    MISSING_TYPE = "missing_event_type"
+    UNKNOWN_TYPE = "unknown_event_type"
+    INVALID_EVENT = "invalid_event"
+    FRAME_TOO_LARGE = "frame_too_large"
+    BINARY_FRAME = "binary_frame_unsupported"
+
+    # Session.
+    SESSION_CLOSED = "session_closed"
+    SESSION_ALREADY_OPEN = "session_already_open"
+    MODEL_UPDATE_UNSUPPORTED = "model_update_unsupported"
+    VOICE_UPDATE_AFTER_AUDIO = "voice_update_after_audio_unsupported"
+    UNSUPPORTED_AUDIO_FORMAT = "unsupported_audio_format"
+    UNSUPPORTED_TURN_DETECTION = "unsupported_turn_detection"
+    UNSUPPORTED_MODALITIES = "unsupported_output_modalities"
+
+    # Input.
+    INVALID_AUDIO_BASE64 = "invalid_audio_base64"
+    INVALID_AUDIO_LENGTH = "invalid_audio_length"
+    INPUT_TEXT_EMPTY = "input_text_empty"
+    COMMIT_EMPTY = "input_audio_buffer_commit_empty"  # OpenAI
+
+    # Responses.
+    ACTIVE_RESPONSE = "conversation_already_has_active_response"  # OpenAI
+    CANCEL_NOT_ACTIVE = "response_cancel_not_active"  # OpenAI
+    UNSUPPORTED_RESPONSE_OPTION = "unsupported_response_option"
+
+    # Playback and items.
+    PLAYBACK_TARGET_NOT_FOUND = "playback_target_not_found"
+    PLAYBACK_AMBIGUOUS = "playback_ack_ambiguous"
+    PLAYBACK_ITEM_MISMATCH = "playback_item_mismatch"
+    PLAYBACK_OUT_OF_RANGE = "playback_ack_out_of_range"
+    TRUNCATE_INVALID_ITEM = "item_truncate_invalid_item_id"  # OpenAI
+    TRUNCATE_UNSUPPORTED_CONTENT = "unsupported_content_type"  # as reported for OpenAI
+    TRUNCATE_OUT_OF_RANGE = "audio_end_ms_out_of_range"
+    INVALID_CONTENT_INDEX = "invalid_content_index"
+
+    # Engine side (carried by ``response.done`` status_details.error).
+    TICK_IDENTITY_MISMATCH = "tick_identity_mismatch"
+    ENGINE_FAILED = "engine_failed"
+
+
+#: The Realtime ``error.type`` bucket of codes that are not ``invalid_request_error``.
+ERROR_TYPES: dict[str, str] = {
+    Code.TICK_IDENTITY_MISMATCH: "server_error",
+    Code.ENGINE_FAILED: "server_error",
+}

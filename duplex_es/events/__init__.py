@@ -1,0 +1,28 @@
+"""The event catalogue and its codec: the only vocabulary the log speaks."""
+
+from duplex_es.events.base import Event, event, registry
+from duplex_es.events.catalogue import *  # noqa: F401,F403
+from duplex_es.events.catalogue import __all__ as _catalogue_all
+from duplex_es.events.codec import (
+    EventDecodeError,
+    decode,
+    decode_data,
+    encode,
+    encode_data,
+    register_upcaster,
+    to_plain,
+)
+
+__all__ = [
+    "Event",
+    "event",
+    "registry",
+    "EventDecodeError",
+    "decode",
+    "decode_data",
+    "encode",
+    "encode_data",
+    "register_upcaster",
+    "to_plain",
+    *_catalogue_all,
+]

@@ -1,0 +1,115 @@
+"""One codec for every event: attrs instances ⇄ canonical JSON text.
+
+The log stores ``(type, version, data)`` where ``data`` is canonical JSON (sorted keys, no
+whitespace, UTF-8), so the same event always encodes to the same bytes and the per-session hash
+chain is reproducible. Reading an older ``version`` runs the registered upcasters first.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import cattrs
+
+from duplex_es.events.base import Event, registry
+
+# Import for its side effect: registers every event type.
+from duplex_es.events import catalogue as _catalogue  # noqa: F401
+
+__all__ = [
+    "EventDecodeError",
+    "converter",
+    "encode",
+    "encode_data",
+    "decode",
+    "decode_data",
+    "to_plain",
+    "register_upcaster",
+]
+
+converter = cattrs.Converter()
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+_UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+
+class EventDecodeError(ValueError):
+    """A stored event cannot be turned into a current event object.
+
+    Attributes:
+        type: the stored wire name.
+        version: the stored schema version.
+        reason: ``"unknown_type"``, ``"future_version"``, ``"missing_upcaster"`` or
+            ``"bad_data"``.
+    """
+
+    def __init__(self, type_: str, version: int, reason: str, detail: str = "") -> None:
+        self.type = type_
+        self.version = version
+        self.reason = reason
+        super().__init__(f"cannot decode event {type_!r} v{version}: {reason} {detail}".rstrip())
+
+
+def register_upcaster(type_name: str, from_version: int, fn: Upcaster) -> None:
+    """Register ``fn`` to turn the data of ``type_name`` at ``from_version`` into ``from_version+1``.
+
+    Raises:
+        ValueError: if one is already registered for that step.
+    """
+    key = (type_name, from_version)
+    if key in _UPCASTERS:
+        raise ValueError(f"upcaster for {type_name} v{from_version} registered twice")
+    _UPCASTERS[key] = fn
+
+
+def to_plain(obj: Any) -> Any:
+    """Unstructure an attrs object (event, state, value class) into JSON-ready dicts and lists."""
+    return converter.unstructure(obj)
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def encode_data(ev: Event) -> str:
+    """The canonical JSON text of an event's fields (without type and version)."""
+    return _dumps(converter.unstructure(ev))
+
+
+def encode(ev: Event) -> tuple[str, int, str]:
+    """Encode an event as ``(type, version, canonical JSON data)``."""
+    return ev.TYPE, ev.VERSION, encode_data(ev)
+
+
+def decode_data(type_name: str, version: int, data: dict[str, Any]) -> Event:
+    """Build the current event object from stored, already parsed ``data``.
+
+    Raises:
+        EventDecodeError: unknown type, a version newer than this code knows, a missing
+            upcaster step, or data that does not fit the class.
+    """
+    cls = registry().get(type_name)
+    if cls is None:
+        raise EventDecodeError(type_name, version, "unknown_type")
+    if version > cls.VERSION:
+        raise EventDecodeError(type_name, version, "future_version", f"(this code reads <= v{cls.VERSION})")
+    while version < cls.VERSION:
+        step = _UPCASTERS.get((type_name, version))
+        if step is None:
+            raise EventDecodeError(type_name, version, "missing_upcaster")
+        data = step(data)
+        version += 1
+    try:
+        return converter.structure(data, cls)
+    except Exception as exc:  # cattrs raises a family of exception groups
+        raise EventDecodeError(type_name, version, "bad_data", str(exc)) from exc
+
+
+def decode(type_name: str, version: int, data: str) -> Event:
+    """Decode an event from its stored ``(type, version, JSON text)``; see :func:`decode_data`."""
+    try:
+        parsed = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise EventDecodeError(type_name, version, "bad_data", str(exc)) from exc
+    return decode_data(type_name, version, parsed)

@@ -1,0 +1,1 @@
+"""The server: ASGI/WebSocket transport, session hosting, and following the log."""

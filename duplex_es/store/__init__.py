@@ -1,0 +1,35 @@
+"""The log: SQLAlchemy Core tables, appends, reads, the global tail and the tick queue.
+
+This layer knows events, never the domain (DESIGN §2).
+"""
+
+from duplex_es.store.database import Database, default_url, resolve_url
+from duplex_es.store.log import (
+    ANY_SEQ,
+    AppendResult,
+    EventLog,
+    RawRecord,
+    Recorded,
+    StoredEventError,
+    WrongExpectedSeq,
+)
+from duplex_es.store.migrate import upgrade
+from duplex_es.store.ticks import Claim, ClaimLost, CommitResult, TickQueue
+
+__all__ = [
+    "ANY_SEQ",
+    "AppendResult",
+    "Claim",
+    "ClaimLost",
+    "CommitResult",
+    "Database",
+    "EventLog",
+    "RawRecord",
+    "Recorded",
+    "StoredEventError",
+    "TickQueue",
+    "WrongExpectedSeq",
+    "default_url",
+    "resolve_url",
+    "upgrade",
+]

@@ -1,0 +1,157 @@
+"""Connections to the log's database, SQLite (embedded default) or PostgreSQL.
+
+Transactions are explicit on both backends so their locking is visible here and nowhere else:
+
+* SQLite runs in WAL mode; every write transaction starts with ``BEGIN IMMEDIATE`` so a writer
+  takes the write lock before it reads (a deferred transaction that reads first can fail with
+  ``SQLITE_BUSY`` at the upgrade without the busy handler running — see
+  ``reference/event-store-anchors.md`` §C.6). Writers inside one process also queue on a lock,
+  so only one connection per process ever waits on SQLite's.
+* PostgreSQL (psycopg 3) takes a transaction-level advisory lock before appending, which makes
+  commit order equal position order for the global log: a reader tailing by position never
+  skips an event that commits late (DESIGN I8).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+__all__ = ["Database", "default_url", "resolve_url", "DEFAULT_SQLITE_FILE", "APPEND_LOCK_KEY"]
+
+#: File name of the embedded default database, created in the working directory.
+DEFAULT_SQLITE_FILE = "duplex_es.db"
+
+#: The PostgreSQL advisory lock key that serializes appends (the ASCII of "dxes" as an int).
+APPEND_LOCK_KEY = 0x64786573
+
+
+def default_url() -> str:
+    """``DUPLEX_ES_DATABASE_URL`` if set, else a SQLite file in the working directory."""
+    return os.environ.get("DUPLEX_ES_DATABASE_URL") or f"sqlite:///{DEFAULT_SQLITE_FILE}"
+
+
+def resolve_url(url: str | None) -> str:
+    """Normalize a user-given database URL.
+
+    ``None`` gives :func:`default_url`; a bare path (``./x.db``) becomes a SQLite URL;
+    ``postgresql://`` and ``postgres://`` select the psycopg 3 driver.
+    """
+    if not url:
+        return default_url()
+    if "://" not in url:
+        return f"sqlite:///{url}"
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+class Database:
+    """An engine plus the transaction discipline of its backend.
+
+    Args:
+        url: a SQLAlchemy URL (``sqlite:///file.db`` or ``postgresql+psycopg://...``), or
+            ``None`` for :func:`default_url`.
+        synchronous: SQLite's ``PRAGMA synchronous`` (``FULL`` by default: an acknowledged
+            append survives power loss).
+        busy_timeout_ms: how long a SQLite writer waits for another process's write lock.
+
+    Raises:
+        ValueError: for a backend other than SQLite or PostgreSQL.
+    """
+
+    def __init__(self, url: str | None = None, *, synchronous: str = "FULL", busy_timeout_ms: int = 30_000):
+        self.url = resolve_url(url)
+        backend = sa.engine.make_url(self.url).get_backend_name()
+        if backend not in ("sqlite", "postgresql"):
+            raise ValueError(f"unsupported database backend {backend!r}: use sqlite or postgresql")
+        self.backend = backend
+        self._write_lock = threading.Lock()
+        if backend == "sqlite":
+            self._prepare_sqlite_path()
+            self.engine: Engine = sa.create_engine(
+                self.url,
+                isolation_level="AUTOCOMMIT",
+                connect_args={"timeout": busy_timeout_ms / 1000, "check_same_thread": False},
+            )
+            sync = synchronous
+
+            @sa.event.listens_for(self.engine, "connect")
+            def _pragmas(dbapi_conn, _record):  # noqa: ANN001
+                cur = dbapi_conn.cursor()
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute(f"PRAGMA synchronous={sync}")
+                cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+                cur.close()
+
+        else:
+            self.engine = sa.create_engine(self.url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
+
+    def _prepare_sqlite_path(self) -> None:
+        path = sa.engine.make_url(self.url).database
+        if path and path != ":memory:":
+            Path(path).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def is_sqlite(self) -> bool:
+        """True for the embedded SQLite backend."""
+        return self.backend == "sqlite"
+
+    def describe(self) -> str:
+        """The URL with any password masked, for logs and CLI output."""
+        return sa.engine.make_url(self.url).render_as_string(hide_password=True)
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A write transaction that appends in global order; commits on exit, rolls back on error."""
+        with self._write_lock if self.is_sqlite else contextlib.nullcontext():
+            with self.engine.connect() as conn:
+                if self.is_sqlite:
+                    conn.exec_driver_sql("BEGIN IMMEDIATE")
+                else:
+                    conn.exec_driver_sql("BEGIN")
+                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(APPEND_LOCK_KEY)))
+                try:
+                    yield conn
+                except BaseException:
+                    conn.exec_driver_sql("ROLLBACK")
+                    raise
+                conn.exec_driver_sql("COMMIT")
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """A write transaction that does not append events (tick claims): no global append lock
+        on PostgreSQL, where row locks (``FOR UPDATE SKIP LOCKED``) are enough."""
+        if self.is_sqlite:
+            with self.write() as conn:
+                yield conn
+            return
+        with self.engine.connect() as conn:
+            conn.exec_driver_sql("BEGIN")
+            try:
+                yield conn
+            except BaseException:
+                conn.exec_driver_sql("ROLLBACK")
+                raise
+            conn.exec_driver_sql("COMMIT")
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A read-only transaction: one consistent snapshot for everything read inside it."""
+        with self.engine.connect() as conn:
+            conn.exec_driver_sql("BEGIN" if self.is_sqlite else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                yield conn
+            finally:
+                conn.exec_driver_sql("ROLLBACK")
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()

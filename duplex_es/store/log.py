@@ -1,0 +1,350 @@
+"""The event log: atomic batch appends with an expected seq and an idempotency key, session reads,
+and the global tail.
+
+A batch of events for one session is written in one transaction: gapless ``seq`` continuing the
+session, a global ``position``, a hash chained to the session's previous event, and (when given)
+an idempotency key that maps to the batch. The tick queue rows mirroring ``tick.issued`` and
+``epoch.advanced`` are written in the same transaction, so a worker never sees a tick whose
+event did not commit (DESIGN I4).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable, Sequence
+
+import attrs
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from duplex_es.events import EpochAdvanced, Event, TickIssued, decode, encode
+from duplex_es.store.chain import GENESIS, event_hash
+from duplex_es.store.database import Database
+from duplex_es.store.schema import events as events_t
+from duplex_es.store.schema import idempotency as idem_t
+from duplex_es.store.schema import ticks as ticks_t
+
+__all__ = [
+    "ANY_SEQ",
+    "Recorded",
+    "RawRecord",
+    "AppendResult",
+    "WrongExpectedSeq",
+    "StoredEventError",
+    "EventLog",
+]
+
+#: ``expected_seq`` for writers that append at the session's head whatever it is (workers).
+ANY_SEQ = -1
+
+
+@attrs.frozen
+class Recorded:
+    """A committed event with its log coordinates."""
+
+    position: int
+    session_id: str
+    seq: int
+    event: Event
+    recorded_at_us: int
+    hash: str
+
+
+@attrs.frozen
+class RawRecord:
+    """A stored row exactly as the database holds it (for audit, which must not trust decoding)."""
+
+    position: int
+    session_id: str
+    seq: int
+    type: str
+    version: int
+    data: str
+    recorded_at_us: int
+    prev_hash: str
+    hash: str
+
+
+@attrs.frozen
+class AppendResult:
+    """What an append wrote, or (``duplicate``) what the earlier append with the same key wrote."""
+
+    records: tuple[Recorded, ...]
+    duplicate: bool = False
+
+    @property
+    def last_seq(self) -> int:
+        """The session seq of the batch's last event (0 for an empty batch)."""
+        return self.records[-1].seq if self.records else 0
+
+
+class WrongExpectedSeq(Exception):
+    """The session moved past the seq the writer expected (optimistic concurrency conflict).
+
+    Attributes:
+        session_id: the session.
+        expected: the seq the writer based its decision on.
+        actual: the session's seq at append time.
+    """
+
+    def __init__(self, session_id: str, expected: int, actual: int) -> None:
+        self.session_id, self.expected, self.actual = session_id, expected, actual
+        super().__init__(f"session {session_id}: expected seq {expected}, log is at {actual}")
+
+
+class StoredEventError(Exception):
+    """A stored event could not be decoded; names its position so it can be found."""
+
+    def __init__(self, position: int, session_id: str, seq: int, cause: Exception) -> None:
+        self.position, self.session_id, self.seq = position, session_id, seq
+        super().__init__(f"event at position {position} (session {session_id}, seq {seq}): {cause}")
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+_COLUMNS = (
+    events_t.c.position,
+    events_t.c.session_id,
+    events_t.c.seq,
+    events_t.c.type,
+    events_t.c.version,
+    events_t.c.data,
+    events_t.c.recorded_at_us,
+    events_t.c.prev_hash,
+    events_t.c.hash,
+)
+
+
+def _raw(row: sa.Row) -> RawRecord:
+    return RawRecord(*row)
+
+
+def _decode(raw: RawRecord) -> Recorded:
+    try:
+        ev = decode(raw.type, raw.version, raw.data)
+    except Exception as exc:
+        raise StoredEventError(raw.position, raw.session_id, raw.seq, exc) from exc
+    return Recorded(raw.position, raw.session_id, raw.seq, ev, raw.recorded_at_us, raw.hash)
+
+
+class EventLog:
+    """The log on one :class:`~duplex_es.store.database.Database`."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # ---------------------------------------------------------------------------------- writes
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_seq: int,
+        idempotency_key: str | None = None,
+    ) -> AppendResult:
+        """Append ``events`` to ``session_id`` atomically.
+
+        Args:
+            session_id: the session (stream) to append to.
+            events: the batch, in order; may be empty only with an idempotency key check in mind.
+            expected_seq: the session's seq the caller decided on (0: the session must be new),
+                or :data:`ANY_SEQ` to append at whatever the head is.
+            idempotency_key: a client ``event_id`` or a tick ``request_id``. If a batch with
+                this key was already appended to the session, nothing is written and that
+                batch is returned with ``duplicate=True``.
+
+        Raises:
+            WrongExpectedSeq: the session's seq is not ``expected_seq``; nothing was written.
+        """
+        with self.db.write() as conn:
+            return self.append_in(conn, session_id, events, expected_seq=expected_seq, idempotency_key=idempotency_key)
+
+    def append_in(
+        self,
+        conn: Connection,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_seq: int,
+        idempotency_key: str | None = None,
+    ) -> AppendResult:
+        """:meth:`append` inside a write transaction the caller holds (``Database.write``)."""
+        if idempotency_key is not None:
+            prior = conn.execute(
+                sa.select(idem_t.c.first_seq, idem_t.c.last_seq).where(
+                    idem_t.c.session_id == session_id, idem_t.c.key == idempotency_key
+                )
+            ).first()
+            if prior is not None:
+                rows = self._read_range(conn, session_id, prior.first_seq - 1, prior.last_seq)
+                return AppendResult(tuple(_decode(r) for r in rows), duplicate=True)
+
+        head = conn.execute(
+            sa.select(events_t.c.seq, events_t.c.hash)
+            .where(events_t.c.session_id == session_id)
+            .order_by(events_t.c.seq.desc())
+            .limit(1)
+        ).first()
+        head_seq, prev_hash = (head.seq, head.hash) if head is not None else (0, GENESIS)
+        if expected_seq != ANY_SEQ and expected_seq != head_seq:
+            raise WrongExpectedSeq(session_id, expected_seq, head_seq)
+        if not events:
+            return AppendResult(())
+
+        now = _now_us()
+        rows = []
+        for i, ev in enumerate(events, start=1):
+            type_, version, data = encode(ev)
+            seq = head_seq + i
+            digest = event_hash(prev_hash, session_id, seq, type_, version, data, now)
+            rows.append(
+                {
+                    "session_id": session_id,
+                    "seq": seq,
+                    "type": type_,
+                    "version": version,
+                    "data": data,
+                    "recorded_at_us": now,
+                    "prev_hash": prev_hash,
+                    "hash": digest,
+                }
+            )
+            prev_hash = digest
+        positions = conn.execute(
+            events_t.insert().returning(events_t.c.position, sort_by_parameter_order=True), rows
+        ).scalars().all()
+        if idempotency_key is not None:
+            conn.execute(
+                idem_t.insert().values(
+                    session_id=session_id, key=idempotency_key, first_seq=rows[0]["seq"], last_seq=rows[-1]["seq"]
+                )
+            )
+        records = tuple(
+            Recorded(pos, session_id, row["seq"], ev, now, row["hash"]) for pos, row, ev in zip(positions, rows, events)
+        )
+        self._mirror_ticks(conn, records)
+        return AppendResult(records)
+
+    @staticmethod
+    def _mirror_ticks(conn: Connection, records: Iterable[Recorded]) -> None:
+        for rec in records:
+            ev = rec.event
+            if isinstance(ev, TickIssued):
+                conn.execute(
+                    ticks_t.insert().values(
+                        request_id=ev.request_id,
+                        session_id=rec.session_id,
+                        seq=rec.seq,
+                        position=rec.position,
+                        kind=ev.kind,
+                        status="pending",
+                        attempts=0,
+                    )
+                )
+            elif isinstance(ev, EpochAdvanced) and ev.cancelled_request_ids:
+                conn.execute(
+                    ticks_t.update()
+                    .where(
+                        ticks_t.c.request_id.in_(ev.cancelled_request_ids),
+                        ticks_t.c.status.in_(("pending", "claimed")),
+                    )
+                    .values(status="cancelled")
+                )
+
+    # ----------------------------------------------------------------------------------- reads
+
+    @staticmethod
+    def _read_range(conn: Connection, session_id: str, after_seq: int, up_to_seq: int | None) -> list[RawRecord]:
+        q = sa.select(*_COLUMNS).where(events_t.c.session_id == session_id, events_t.c.seq > after_seq)
+        if up_to_seq is not None:
+            q = q.where(events_t.c.seq <= up_to_seq)
+        return [_raw(r) for r in conn.execute(q.order_by(events_t.c.seq))]
+
+    def read_session(self, session_id: str, *, after_seq: int = 0, up_to_seq: int | None = None) -> list[Recorded]:
+        """A session's events with ``after_seq < seq <= up_to_seq``, in seq order.
+
+        Raises:
+            StoredEventError: an event cannot be decoded (unknown type, future version, bad data).
+        """
+        with self.db.read() as conn:
+            rows = self._read_range(conn, session_id, after_seq, up_to_seq)
+        return [_decode(r) for r in rows]
+
+    def read_seqs(self, session_id: str, seqs: Sequence[int]) -> list[Recorded]:
+        """The session's events at exactly ``seqs``, in seq order (missing seqs are skipped)."""
+        if not seqs:
+            return []
+        with self.db.read() as conn:
+            rows = conn.execute(
+                sa.select(*_COLUMNS)
+                .where(events_t.c.session_id == session_id, events_t.c.seq.in_(tuple(seqs)))
+                .order_by(events_t.c.seq)
+            )
+            return [_decode(_raw(r)) for r in rows]
+
+    def read_raw(self, session_id: str) -> list[RawRecord]:
+        """A session's stored rows, undecoded, in seq order."""
+        with self.db.read() as conn:
+            return self._read_range(conn, session_id, 0, None)
+
+    def head(self, session_id: str) -> int:
+        """The session's last seq (0 if the session has no events)."""
+        with self.db.read() as conn:
+            return conn.execute(
+                sa.select(sa.func.coalesce(sa.func.max(events_t.c.seq), 0)).where(events_t.c.session_id == session_id)
+            ).scalar_one()
+
+    def tail(self, after_position: int = 0, limit: int = 1000) -> list[Recorded]:
+        """Events of every session with ``position > after_position``, in position order.
+
+        Positions follow commit order on both backends, so a reader that remembers the last
+        position it saw never skips a committed event (DESIGN I8).
+        """
+        return [_decode(r) for r in self.tail_raw(after_position, limit)]
+
+    def tail_raw(self, after_position: int = 0, limit: int = 1000) -> list[RawRecord]:
+        """:meth:`tail` without decoding."""
+        with self.db.read() as conn:
+            rows = conn.execute(
+                sa.select(*_COLUMNS)
+                .where(events_t.c.position > after_position)
+                .order_by(events_t.c.position)
+                .limit(limit)
+            )
+            return [_raw(r) for r in rows]
+
+    def tail_sessions(self, after_position: int = 0, limit: int = 5000) -> list[tuple[int, str]]:
+        """``(position, session_id)`` of events after ``after_position``: a cheap way for a
+        server to learn which of its sessions have new events without decoding them."""
+        with self.db.read() as conn:
+            rows = conn.execute(
+                sa.select(events_t.c.position, events_t.c.session_id)
+                .where(events_t.c.position > after_position)
+                .order_by(events_t.c.position)
+                .limit(limit)
+            )
+            return [(r[0], r[1]) for r in rows]
+
+    def last_position(self) -> int:
+        """The highest committed position (0 for an empty log)."""
+        with self.db.read() as conn:
+            return conn.execute(sa.select(sa.func.coalesce(sa.func.max(events_t.c.position), 0))).scalar_one()
+
+    def session_ids(self) -> list[str]:
+        """Every session that has events, ordered by its first position."""
+        with self.db.read() as conn:
+            rows = conn.execute(
+                sa.select(events_t.c.session_id).where(events_t.c.seq == 1).order_by(events_t.c.position)
+            )
+            return [r[0] for r in rows]
+
+    def find_session(self, prefix: str) -> list[str]:
+        """Session ids that start with ``prefix`` (for CLI arguments)."""
+        with self.db.read() as conn:
+            rows = conn.execute(
+                sa.select(events_t.c.session_id).where(events_t.c.seq == 1, events_t.c.session_id.startswith(prefix))
+            )
+            return [r[0] for r in rows]

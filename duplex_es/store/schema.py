@@ -1,0 +1,63 @@
+"""SQLAlchemy Core descriptions of the log's tables, used to build queries.
+
+These objects never create anything: the schema is created and changed only by the Alembic
+migrations in ``migrations/`` (``duplex-es db upgrade``). A test checks that the two agree.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+__all__ = ["metadata", "events", "idempotency", "ticks"]
+
+metadata = sa.MetaData()
+
+#: Position type: BIGINT on PostgreSQL, INTEGER on SQLite so it aliases the rowid.
+Position = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+#: The immutable log. ``position`` is the global order, ``seq`` the gapless per-session order;
+#: ``hash`` chains each event to the previous event of its session.
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("position", Position, primary_key=True, autoincrement=True),
+    sa.Column("session_id", sa.String(128), nullable=False),
+    sa.Column("seq", sa.BigInteger(), nullable=False),
+    sa.Column("type", sa.String(128), nullable=False),
+    sa.Column("version", sa.Integer(), nullable=False),
+    sa.Column("data", sa.Text(), nullable=False),
+    sa.Column("recorded_at_us", sa.BigInteger(), nullable=False),
+    sa.Column("prev_hash", sa.String(64), nullable=False),
+    sa.Column("hash", sa.String(64), nullable=False),
+    sa.UniqueConstraint("session_id", "seq", name="uq_events_session_seq"),
+    sqlite_autoincrement=True,
+)
+
+#: Idempotency keys: a client's ``event_id`` within a session, or a tick's ``request_id``. A
+#: key maps to the contiguous run of seqs its batch wrote.
+idempotency = sa.Table(
+    "idempotency",
+    metadata,
+    sa.Column("session_id", sa.String(128), primary_key=True),
+    sa.Column("key", sa.String(256), primary_key=True),
+    sa.Column("first_seq", sa.BigInteger(), nullable=False),
+    sa.Column("last_seq", sa.BigInteger(), nullable=False),
+)
+
+#: The tick work queue, maintained in the same transaction as the ``tick.issued`` and
+#: ``epoch.advanced`` events it mirrors. Rows are mutable (claims); the log is not.
+ticks = sa.Table(
+    "ticks",
+    metadata,
+    sa.Column("request_id", sa.String(128), primary_key=True),
+    sa.Column("session_id", sa.String(128), nullable=False),
+    sa.Column("seq", sa.BigInteger(), nullable=False),
+    sa.Column("position", sa.BigInteger(), nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("claim_token", sa.String(64), nullable=True),
+    sa.Column("claimed_by", sa.String(128), nullable=True),
+    sa.Column("claimed_until_us", sa.BigInteger(), nullable=True),
+    sa.Column("attempts", sa.Integer(), nullable=False, server_default="0"),
+    sa.Index("ix_ticks_status_position", "status", "position"),
+)

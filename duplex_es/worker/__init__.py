@@ -1,0 +1,1 @@
+"""Workers: separate processes that claim ticks, run an engine and append its outputs."""

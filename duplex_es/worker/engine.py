@@ -1,0 +1,99 @@
+"""The engine protocol: one tick snapshot in, one output out.
+
+Engines run on the worker side and never see the database. A GPU model plugs in here like the
+CPU reference engines: the worker's claims, fencing and commits do not change (DESIGN §6).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol, runtime_checkable
+
+import attrs
+
+from duplex_es.events import InputTranscript, Mark, TickIssued
+
+__all__ = ["TickIdentity", "TickContext", "EngineOutput", "EngineError", "Engine"]
+
+
+@attrs.frozen(kw_only=True)
+class TickIdentity:
+    """What an output must echo exactly to be accepted (DESIGN I5)."""
+
+    session_id: str
+    request_id: str
+    response_id: str
+    epoch: int
+    chunk_index: int
+    applied_event_ids: tuple[int, ...]
+
+    @classmethod
+    def of(cls, session_id: str, tick: TickIssued) -> "TickIdentity":
+        """The identity of ``tick`` in ``session_id``."""
+        return cls(
+            session_id=session_id,
+            request_id=tick.request_id,
+            response_id=tick.response_id,
+            epoch=tick.epoch,
+            chunk_index=tick.chunk_index,
+            applied_event_ids=tuple(tick.applied_event_ids),
+        )
+
+
+@attrs.frozen(kw_only=True)
+class TickContext:
+    """A tick and the means to read what it references.
+
+    ``read_audio(seqs)`` returns the concatenated audio bytes of the session's
+    ``input_audio_buffer.appended`` events at those seqs, in the session's input format; it
+    reads the log, so engines call it only when they need the audio.
+    """
+
+    session_id: str
+    tick: TickIssued
+    read_audio: Callable[[tuple[int, ...]], bytes]
+
+    @property
+    def identity(self) -> TickIdentity:
+        """The identity this tick's output must echo."""
+        return TickIdentity.of(self.session_id, self.tick)
+
+
+@attrs.frozen(kw_only=True)
+class EngineOutput:
+    """One step's output.
+
+    ``audio`` is PCM16 LE in the tick's output format (empty for text); ``text_delta`` the text
+    this chunk adds; ``marks`` text/audio alignment points, cumulative over the response;
+    ``final`` ends the response; ``input_transcripts`` report what the engine heard.
+    """
+
+    echo: TickIdentity
+    audio: bytes = b""
+    text_delta: str = ""
+    marks: tuple[Mark, ...] = ()
+    final: bool = False
+    input_transcripts: tuple[InputTranscript, ...] = ()
+
+
+class EngineError(Exception):
+    """An engine step failed; the worker logs ``tick.failed`` with ``code`` and ``message``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code, self.message = code, message
+        super().__init__(f"{code}: {message}")
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A model behind the tick protocol.
+
+    ``name`` is recorded with every output; ``kinds`` are the tick kinds it runs (``speech``,
+    ``world``). ``step`` must be deterministic in the tick for replay to reproduce outputs.
+    """
+
+    name: str
+    kinds: tuple[str, ...]
+
+    def step(self, ctx: TickContext) -> EngineOutput:
+        """Run one tick. Raises :class:`EngineError` for a failure the session should see."""
+        ...

@@ -1,0 +1,165 @@
+"""The worker loop: claim a tick, run the engine, commit the output fenced by the claim.
+
+A worker needs only the database URL. While an engine step runs, a heartbeat thread extends the
+claim; if the worker dies, the claim expires and another worker takes the tick over (DESIGN I6).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Sequence
+
+from duplex_es.events import AudioAppended, Event, TickFailed, TickOutput
+from duplex_es.store import Claim, ClaimLost, EventLog, TickQueue
+from duplex_es.worker.engine import Engine, EngineError, EngineOutput, TickContext
+
+__all__ = ["Worker", "output_events"]
+
+log = logging.getLogger(__name__)
+
+
+def output_events(claim: Claim, engine_name: str, out: EngineOutput) -> list[Event]:
+    """The log events for an engine output: the echo comes from the engine, not the claim, so
+    an engine that answers the wrong tick is caught by the session (DESIGN I5)."""
+    e = out.echo
+    return [
+        TickOutput(
+            session_id=e.session_id,
+            request_id=e.request_id,
+            response_id=e.response_id,
+            epoch=e.epoch,
+            chunk_index=e.chunk_index,
+            applied_event_ids=e.applied_event_ids,
+            audio=base64.b64encode(out.audio).decode("ascii"),
+            text_delta=out.text_delta,
+            marks=out.marks,
+            final=out.final,
+            input_transcripts=out.input_transcripts,
+            engine=engine_name,
+        )
+    ]
+
+
+def _failure(claim: Claim, code: str, message: str) -> list[Event]:
+    t = claim.tick
+    return [
+        TickFailed(
+            session_id=claim.session_id,
+            request_id=t.request_id,
+            response_id=t.response_id,
+            epoch=t.epoch,
+            chunk_index=t.chunk_index,
+            applied_event_ids=t.applied_event_ids,
+            code=code,
+            message=message[:500],
+        )
+    ]
+
+
+class Worker:
+    """Claims and runs ticks until stopped.
+
+    Args:
+        log: the event log.
+        engines: the engines this worker runs, one per tick kind.
+        worker_id: recorded on claims; defaults to ``host:pid``.
+        claim_ttl_ms: the claim lease; the heartbeat extends it every third of it.
+        poll_ms: how long an idle worker sleeps between claim attempts.
+        step_delay_ms: extra time spent per step, to stand in for a slower (GPU) model in demos
+            and crash tests.
+    """
+
+    def __init__(
+        self,
+        log: EventLog,
+        engines: Sequence[Engine],
+        *,
+        worker_id: str | None = None,
+        claim_ttl_ms: int = 5000,
+        poll_ms: int = 10,
+        step_delay_ms: int = 0,
+    ) -> None:
+        self.log = log
+        self.queue = TickQueue(log)
+        self.engines = {kind: e for e in engines for kind in e.kinds}
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.claim_ttl_ms = claim_ttl_ms
+        self.poll_ms = poll_ms
+        self.step_delay_ms = step_delay_ms
+        self.stopping = threading.Event()
+        self.committed = 0
+
+    def read_audio(self, session_id: str, seqs: tuple[int, ...]) -> bytes:
+        """Concatenate the audio of the appends at ``seqs``."""
+        records = self.log.read_seqs(session_id, seqs)
+        if [r.seq for r in records] != sorted(seqs):
+            raise EngineError("input_missing", f"appends {seqs} are not all in the log")
+        parts = []
+        for r in records:
+            if not isinstance(r.event, AudioAppended):
+                raise EngineError("input_missing", f"seq {r.seq} is a {r.event.TYPE}, not an audio append")
+            parts.append(base64.b64decode(r.event.audio))
+        return b"".join(parts)
+
+    def run_once(self) -> bool:
+        """Claim and run at most one tick; ``True`` if there was one."""
+        claim = self.queue.claim(self.worker_id, ttl_ms=self.claim_ttl_ms, kinds=tuple(self.engines))
+        if claim is None:
+            return False
+        log.info("claimed %s (session %s, chunk %d, attempt %d)", claim.request_id, claim.session_id, claim.tick.chunk_index, claim.attempts)
+        holder = {"claim": claim}
+        beat_stop = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(holder, beat_stop), daemon=True)
+        beat.start()
+        try:
+            events = self._step(claim)
+            if self.step_delay_ms:
+                time.sleep(self.step_delay_ms / 1000)
+        finally:
+            beat_stop.set()
+            beat.join()
+        try:
+            result = self.queue.commit(holder["claim"], events)
+        except ClaimLost as lost:
+            log.warning("not committing %s: %s", claim.request_id, lost.reason)
+            return True
+        self.committed += 1
+        log.info("%s %s", result.status, claim.request_id)
+        return True
+
+    def _step(self, claim: Claim) -> list[Event]:
+        engine = self.engines[claim.kind]
+        ctx = TickContext(session_id=claim.session_id, tick=claim.tick, read_audio=lambda seqs: self.read_audio(claim.session_id, seqs))
+        try:
+            return output_events(claim, engine.name, engine.step(ctx))
+        except EngineError as err:
+            log.warning("engine failed on %s: %s", claim.request_id, err)
+            return _failure(claim, err.code, err.message)
+        except Exception as exc:  # a crashing model must fail the response, not the worker
+            log.exception("engine crashed on %s", claim.request_id)
+            return _failure(claim, "engine_failed", f"{type(exc).__name__}: {exc}")
+
+    def _heartbeat(self, holder: dict, stop: threading.Event) -> None:
+        while not stop.wait(self.claim_ttl_ms / 3000):
+            try:
+                holder["claim"] = self.queue.extend(holder["claim"], ttl_ms=self.claim_ttl_ms)
+            except ClaimLost:
+                log.warning("lost the claim on %s while running it", holder["claim"].request_id)
+                return
+
+    def run(self) -> None:
+        """Run until :attr:`stopping` is set."""
+        log.info("worker %s ready (engines: %s)", self.worker_id, ", ".join(sorted(self.engines)))
+        while not self.stopping.is_set():
+            try:
+                busy = self.run_once()
+            except Exception:
+                log.exception("worker loop error; retrying")
+                busy = False
+            if not busy:
+                self.stopping.wait(self.poll_ms / 1000)

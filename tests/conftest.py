@@ -1,0 +1,85 @@
+"""Shared fixtures: real SQLite files and real PostgreSQL schemas, one fresh log per test."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from duplex_es.store import Database, EventLog, upgrade
+
+#: The PostgreSQL server the tests use (trust auth on the local cluster).
+PG_BASE_URL = os.environ.get("DUPLEX_ES_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+
+
+def _pg_url(schema: str) -> str:
+    sep = "&" if "?" in PG_BASE_URL else "?"
+    return f"{PG_BASE_URL}{sep}options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture
+def pg_schema_url() -> Iterator[str]:
+    """A URL whose connections use a new, empty PostgreSQL schema (dropped afterwards)."""
+    schema = f"dxes_test_{os.getpid()}_{secrets.token_hex(4)}"
+    admin = sa.create_engine(PG_BASE_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield _pg_url(schema)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        admin.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A URL for a new SQLite file."""
+    return f"sqlite:///{tmp_path / 'log.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, unmigrated database on each backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'log.db'}"
+    else:
+        yield request.getfixturevalue("pg_schema_url")
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    """A migrated database on each backend."""
+    database = Database(db_url)
+    upgrade(database)
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def log(db: Database) -> EventLog:
+    """The event log on a migrated database, on each backend."""
+    return EventLog(db)
+
+
+@pytest.fixture
+def sqlite_log(sqlite_url: str) -> Iterator[EventLog]:
+    """The event log on a migrated SQLite file."""
+    database = Database(sqlite_url)
+    upgrade(database)
+    yield EventLog(database)
+    database.dispose()
+
+
+@pytest.fixture(scope="session")
+def weather_pcm() -> bytes:
+    """The spoken weather question, 24 kHz PCM16 mono (5.19 s)."""
+    from duplex_es.cli.conversation import read_wav_pcm16
+
+    return read_wav_pcm16(FIXTURES / "audio" / "weather_question_24k.wav")
