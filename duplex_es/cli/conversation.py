@@ -11,7 +11,7 @@ import base64
 import json
 import wave
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 import attrs
 
@@ -23,6 +23,7 @@ class Turn:
     """What the client saw during one spoken turn."""
 
     session_id: str = ""
+    frames: list[str] = attrs.Factory(list)
     events: list[dict[str, Any]] = attrs.Factory(list)
     user_transcript: str = ""
     reply_transcript: str = ""
@@ -68,7 +69,7 @@ async def speak_and_listen(
     chunk_ms: int = 100,
     close: bool = True,
     timeout: float = 60.0,
-    connection: Optional[Any] = None,
+    on_reply: Optional[Callable[[Turn], Awaitable[None]]] = None,
 ) -> Turn:
     """Open a Realtime session with the SDK, send ``pcm`` (24 kHz PCM16) in ``chunk_ms`` appends,
     commit, ask for a response and collect every server event until ``response.done``.
@@ -76,6 +77,7 @@ async def speak_and_listen(
     Args:
         base_url: ``ws://HOST:PORT/v1``.
         close: send ``session.close`` afterwards and wait for ``session.closed``.
+        on_reply: awaited after ``response.done`` while the connection is still open.
     """
     from openai import AsyncOpenAI
 
@@ -89,6 +91,7 @@ async def speak_and_listen(
                 # conn.recv() would have returned.
                 raw = await conn.recv_bytes()
                 data = json.loads(raw)
+                turn.frames.append(raw.decode("utf-8"))
                 turn.events.append(data)
                 t = data.get("type")
                 if t == "session.created":
@@ -124,6 +127,8 @@ async def speak_and_listen(
             await conn.input_audio_buffer.commit()
             await conn.response.create()
             await recv_until("response.done")
+            if on_reply is not None:
+                await on_reply(turn)
             if close:
                 await conn.send({"type": "session.close"})
                 await recv_until("session.closed")

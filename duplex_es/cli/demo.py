@@ -17,7 +17,7 @@ from rich.console import Console
 from duplex_es.audit import audit_session
 from duplex_es.cli.conversation import read_wav_pcm16, speak_and_listen, write_wav_pcm16
 from duplex_es.cli.processes import free_port, start_server, start_worker, wait_healthy
-from duplex_es.cli.render import print_audit, state_lines
+from duplex_es.cli.render import audit_line, state_lines
 from duplex_es.replay import replay
 from duplex_es.store import Database, EventLog, upgrade
 
@@ -88,7 +88,9 @@ def run_demo(
     console.print("\n".join(state_lines(result.state)), highlight=False)
     console.rule(f"[bold]duplex-es audit {turn.session_id}")
     report = audit_session(log, turn.session_id)
-    print_audit(console, [report])
+    console.print(audit_line(report), highlight=False)
+    for v in report.violations:
+        console.print(f"  [red]seq {v.seq} [{v.check}][/] {v.message}", highlight=False)
     console.print(
         f"\nTry: duplex-es replay {turn.session_id} --db {url}\n     duplex-es audit --db {url}",
         highlight=False,

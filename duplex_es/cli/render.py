@@ -13,7 +13,7 @@ from duplex_es.domain import SessionState
 from duplex_es.events import to_plain
 from duplex_es.replay import Replay
 
-__all__ = ["print_replay", "replay_json", "print_audit", "audit_json", "state_lines"]
+__all__ = ["print_replay", "replay_json", "print_audit", "audit_line", "audit_json", "state_lines"]
 
 _VERDICT_STYLE = {"accepted": "green", "decided": "cyan"}
 
@@ -90,6 +90,16 @@ def print_audit(console: Console, audits: Sequence[SessionAudit]) -> None:
             console.print(f"[red]{a.session_id} seq {v.seq} [{v.check}][/] {v.message}", highlight=False)
     if not audits:
         console.print("no sessions in the log")
+
+
+def audit_line(a: SessionAudit) -> str:
+    """One line: the verdict and the counts behind it."""
+    verdict = "ok" if a.ok else f"FAILED ({len(a.violations)} violations)"
+    return (
+        f"audit: {verdict} — {a.events} events, hash chain and seqs intact; {a.ticks} ticks "
+        f"({a.committed_ticks} committed); {a.applied_events} model-feeding events applied exactly once, "
+        f"{a.discarded_events} discarded, {a.pending_events} pending; {a.responses} response(s)"
+    )
 
 
 def audit_json(audits: Sequence[SessionAudit]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Iterable
 import attrs
 
 from duplex_es.domain.audio import samples_of
+from duplex_es.domain.errors import Code
 from duplex_es.domain.heard import heard_prefix
 from duplex_es.domain.state import InputBuffer, Item, Response, SessionState, Tick
 from duplex_es.domain.verdicts import classify_output
@@ -201,7 +202,7 @@ def _(ev: TickOutput, state: SessionState, seq: int) -> SessionState:
     if verdict.kind == "discarded":
         return state
     if verdict.kind == "rejected":
-        return _fail_tick(state, ev.request_id, verdict.reason, "engine output does not echo its tick")
+        return _fail_tick(state, ev.request_id, Code.TICK_IDENTITY_MISMATCH, "engine output does not echo its tick")
     ticks = {k: v for k, v in state.ticks.items() if k != ev.request_id}
     resp = state.responses[ev.response_id]
     item = state.items[resp.item_id]
@@ -235,7 +236,7 @@ def _(ev: TickFailed, state: SessionState, seq: int) -> SessionState:
     if verdict.kind == "discarded":
         return state
     if verdict.kind == "rejected":
-        return _fail_tick(state, ev.request_id, verdict.reason, "engine failure does not echo its tick")
+        return _fail_tick(state, ev.request_id, Code.TICK_IDENTITY_MISMATCH, "engine failure does not echo its tick")
     return _fail_tick(state, ev.request_id, ev.code, ev.message)
 
 

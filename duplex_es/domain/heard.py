@@ -2,8 +2,9 @@
 
 The engine sends marks ``(text_chars, audio_ms)`` — "the first ``text_chars`` characters are
 spoken by ``audio_ms``" — at word starts. The heard prefix at a cutoff is the text up to the last
-mark at or before the cutoff, so the history never keeps a word the user did not hear begin, and
-never splits a word (vLLM-Omni interpolates inside words; ``reference/duplex-semantics.md`` §5.3).
+mark at or before the cutoff: the words the user heard to their end. A word cut off mid-way is
+left out rather than split (vLLM-Omni interpolates inside words, keeping fragments such as
+"hello w"; ``reference/duplex-semantics.md`` §5.3).
 Without marks the prefix is proportional to the audio played.
 """
 

@@ -4,6 +4,7 @@ debugging, health and Prometheus metrics.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from typing import AsyncIterator
@@ -86,7 +87,7 @@ def create_app(db: Database, *, api_key: str | None = None, poll_ms: int = 5) ->
         if host is not None:
             state, live = host.state, True
         else:
-            records = event_log.read_session(session_id)
+            records = await asyncio.to_thread(event_log.read_session, session_id)
             if not records:
                 return JSONResponse({"error": {"code": "session_not_found", "message": f"no session {session_id}"}}, status_code=404)
             state, live = fold((r.seq, r.event) for r in records), False

@@ -1,0 +1,142 @@
+"""Realtime frames → commands, and committed events → GA server events the SDK's types accept."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+
+import pytest
+from openai.types.realtime import RealtimeServerEvent
+from pydantic import TypeAdapter
+
+from duplex_es.domain import AckPlayback, AppendAudio, CancelResponse, Code, CreateResponse, Invalid, TruncateItem, UpdateSession
+from duplex_es.events import AudioFormat
+from duplex_es.protocol import EXTENSION_EVENT_TYPES, parse_frame, split_server_event_seq
+from duplex_es.protocol.outbound import project
+
+from harness import Harness
+
+SERVER_EVENT = TypeAdapter(RealtimeServerEvent)
+_n = itertools.count()
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{next(_n)}"
+
+
+def parse(obj) -> object:
+    return parse_frame(obj if isinstance(obj, (str, bytes)) else json.dumps(obj), new_id)
+
+
+@pytest.mark.parametrize(
+    "frame,code,param",
+    [
+        ("not json {", Code.INVALID_JSON, None),
+        (b"\x00\x01binary", Code.BINARY_FRAME, None),
+        ("[1, 2]", Code.INVALID_EVENT, None),
+        ({"event_id": "e1"}, Code.MISSING_TYPE, "type"),
+        ({"type": 5, "event_id": "e1"}, Code.MISSING_TYPE, "type"),
+        ({"type": "no.such.thing", "event_id": "e1"}, Code.UNKNOWN_TYPE, "type"),
+        ({"type": "input_audio_buffer.append", "event_id": "e1", "audio": "not base64!"}, Code.INVALID_AUDIO_BASE64, "audio"),
+        ({"type": "input_audio_buffer.append", "event_id": "e1", "audio": "AAA"}, Code.INVALID_AUDIO_BASE64, "audio"),
+        ({"type": "input_audio_buffer.append", "event_id": "e1", "audio": "AA=="[:3] + "B"}, Code.INVALID_AUDIO_BASE64, "audio"),
+        ({"type": "input_audio_buffer.append", "event_id": "e1", "audio": "data:audio/pcm;base64,AAAA"}, Code.INVALID_AUDIO_BASE64, "audio"),
+        ({"type": "input_audio_buffer.append", "event_id": "e1", "audio": "AAAA\nAAAA"}, Code.INVALID_AUDIO_BASE64, "audio"),
+        ({"type": "input_audio_buffer.append", "event_id": "e1"}, Code.INVALID_EVENT, "audio"),
+        ({"type": "input_audio_buffer.append", "event_id": "e1", "audio": 12}, Code.INVALID_EVENT, "audio"),
+        ({"type": "session.update", "event_id": "e1", "session": {"type": "realtime", "bogus": 1}}, Code.INVALID_EVENT, "session.bogus"),
+        ({"type": "session.update", "event_id": "e1", "session": {"type": "transcription"}}, Code.INVALID_EVENT, "session.type"),
+        ({"type": "session.update", "event_id": "e1", "session": {"instructions": 3}}, Code.INVALID_EVENT, "session.instructions"),
+        ({"type": "conversation.item.truncate", "event_id": "e1", "item_id": "i", "audio_end_ms": "x"}, Code.INVALID_EVENT, "audio_end_ms"),
+        ({"type": "conversation.item.truncate", "event_id": "e1", "audio_end_ms": 5}, Code.INVALID_EVENT, "item_id"),
+        ({"type": "playback.ack", "event_id": "e1"}, Code.INVALID_EVENT, "played_ms"),
+        ({"type": "playback.ack", "event_id": "e1", "played_ms": 1.5}, Code.INVALID_EVENT, "played_ms"),
+        ({"type": "response.create", "event_id": "e1", "response": {"input": []}}, Code.UNSUPPORTED_RESPONSE_OPTION, "response.input"),
+    ],
+)
+def test_malformed_frames_become_invalid_commands_with_specific_codes(frame, code, param):
+    cmd = parse(frame)
+    assert isinstance(cmd, Invalid), cmd
+    assert cmd.code == code and cmd.param == param
+    if isinstance(frame, dict) and isinstance(frame.get("event_id"), str):
+        assert cmd.event_id == "e1"
+
+
+def test_an_unparseable_frame_keeps_an_excerpt_for_debugging():
+    cmd = parse('{"type": "input_audio_buffer.commit", oops}')
+    assert cmd.code == Code.INVALID_JSON and cmd.excerpt.startswith('{"type"')
+
+
+def test_well_formed_frames_become_commands():
+    audio = base64.b64encode(b"\x01\x02" * 10).decode()
+    assert parse({"type": "input_audio_buffer.append", "audio": audio, "event_id": "a"}) == AppendAudio(event_id="a", audio=audio, nbytes=20)
+    assert parse({"type": "response.cancel"}) == CancelResponse()
+    assert parse({"type": "playback.ack", "played_ms": 300, "response_id": "r"}) == AckPlayback(response_id="r", played_ms=300)
+    assert parse({"type": "conversation.item.truncate", "item_id": "i", "content_index": 0, "audio_end_ms": 40}) == TruncateItem(
+        item_id="i", audio_end_ms=40
+    )
+    upd = parse(
+        {
+            "type": "session.update",
+            "session": {
+                "type": "realtime",
+                "instructions": "hi",
+                "output_modalities": ["text"],
+                "tools": [],
+                "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}, "turn_detection": None}, "output": {"voice": "echo"}},
+            },
+        }
+    )
+    assert isinstance(upd, UpdateSession)
+    p = upd.patch
+    assert (p.instructions, p.output_modalities, p.voice, p.input_format, p.turn_detection) == (
+        "hi", ("text",), "echo", AudioFormat(type="audio/pcm", rate=24000), None
+    )
+    cr = parse({"type": "response.create", "response": {"output_modalities": ["audio"], "metadata": {"a": "b"}}})
+    assert isinstance(cr, CreateResponse) and cr.options.output_modalities == ("audio",)
+    assert len({cr.response_id, cr.item_id, cr.request_id}) == 3
+
+
+def test_every_projected_event_is_a_valid_sdk_server_event_with_log_derived_ids():
+    """Drive a whole turn through the domain and check each wire event against the SDK's
+    pydantic types (strict validation, not the SDK's lenient construct)."""
+    h = Harness.open()
+    from duplex_es.domain import AckPlayback as Ack, CancelResponse as Cancel, CloseSession, TruncateItem as Trunc, SessionPatch, UpdateSession as Upd
+    from duplex_es.events import InputTranscript
+
+    h.run(Upd(patch=SessionPatch(instructions="x")))
+    rid = h.spoken_turn()
+    h.output(text="You ", input_transcripts=(InputTranscript(item_id=h.state.last_user_item().id, transcript="hello"),))
+    h.pump()
+    h.output(text="said.", final=True)
+    h.pump()
+    item_id = h.state.responses[rid].item_id
+    h.run(Ack(response_id=rid, played_ms=300))
+    h.run(Trunc(item_id=item_id, audio_end_ms=400))
+    h.run(Cancel(event_id="nothing-active"))
+    h.spoken_turn()
+    h.run(Cancel())
+    h.run(CloseSession())
+    from duplex_es.domain import SessionState, evolve
+
+    state = SessionState()
+    seen_types = set()
+    for seq, ev in h.log:
+        after = evolve(state, seq, ev)
+        for k, wire in enumerate(project(state, seq, ev, after)):
+            assert split_server_event_seq(wire["server_event_seq"]) == (seq, k)
+            assert wire["event_id"] == f"event_{seq}_{k}"
+            seen_types.add(wire["type"])
+            if wire["type"] in EXTENSION_EVENT_TYPES:
+                continue
+            parsed = SERVER_EVENT.validate_python(wire)
+            assert parsed.type == wire["type"]
+        state = after
+    assert {
+        "session.created", "session.updated", "input_audio_buffer.committed", "conversation.item.added", "conversation.item.done",
+        "response.created", "response.output_item.added", "response.content_part.added", "response.output_audio.delta",
+        "response.output_audio_transcript.delta", "conversation.item.input_audio_transcription.completed",
+        "response.output_audio.done", "response.output_audio_transcript.done", "response.content_part.done",
+        "response.output_item.done", "response.done", "error", "conversation.item.truncated", "playback.acknowledged", "session.closed",
+    } <= seen_types

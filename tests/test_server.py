@@ -1,0 +1,139 @@
+"""The Realtime server over a real WebSocket: bad input, write-ahead, and the wire as a projection."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+from websockets.sync.client import connect
+
+from duplex_es.domain import Code, SessionState, evolve
+from duplex_es.events import CommandRejected, to_plain
+from duplex_es.protocol import encode_wire, project
+from duplex_es.store import Database, EventLog
+
+from servers import running, session_state
+
+
+@pytest.fixture
+def server(tmp_path: Path, sqlite_url: str):
+    with running(sqlite_url, tmp_path, workers=0) as (port, proc, _):
+        yield port, sqlite_url
+
+
+class Client:
+    """A raw WebSocket client that keeps every frame it receives."""
+
+    def __init__(self, port: int) -> None:
+        self.ws = connect(f"ws://127.0.0.1:{port}/v1/realtime?model=test-model", max_size=None)
+        self.frames: list[str] = []
+        self.session_id = self.recv("session.created")["session"]["id"]
+
+    def recv(self, until: str) -> dict:
+        while True:
+            frame = self.ws.recv(timeout=10)
+            self.frames.append(frame)
+            event = json.loads(frame)
+            if event["type"] == until:
+                return event
+
+    def send(self, obj) -> None:
+        self.ws.send(obj if isinstance(obj, (str, bytes)) else json.dumps(obj))
+
+
+def pcm_b64(ms: int) -> str:
+    return base64.b64encode(b"\x10\x00" * 24 * ms).decode()
+
+
+BAD_INPUTS = [
+    ("not json", "{nope", Code.INVALID_JSON, None),
+    ("no type", {"event_id": "e-notype", "audio": "AAAA"}, Code.MISSING_TYPE, "e-notype"),
+    ("unknown type", {"type": "response.explode", "event_id": "e-unknown"}, Code.UNKNOWN_TYPE, "e-unknown"),
+    ("not base64", {"type": "input_audio_buffer.append", "event_id": "e-b64", "audio": "%%%%"}, Code.INVALID_AUDIO_BASE64, "e-b64"),
+    ("odd pcm16", {"type": "input_audio_buffer.append", "event_id": "e-odd", "audio": base64.b64encode(b"\x01\x02\x03").decode()}, Code.INVALID_AUDIO_LENGTH, "e-odd"),
+    ("short commit", {"type": "input_audio_buffer.commit", "event_id": "e-commit"}, Code.COMMIT_EMPTY, "e-commit"),
+    ("cancel nothing", {"type": "response.cancel", "event_id": "e-cancel"}, Code.CANCEL_NOT_ACTIVE, "e-cancel"),
+]
+
+
+def test_bad_input_gets_a_specific_error_is_logged_changes_nothing_and_keeps_the_connection(server):
+    port, url = server
+    c = Client(port)
+    c.send({"type": "session.update", "event_id": "probe", "session": {"type": "realtime", "instructions": "x"}})
+    c.recv("session.updated")
+    for name, frame, code, event_id in BAD_INPUTS:
+        # 50 ms of audio in the buffer: the refused commit must keep it.
+        c.send({"type": "input_audio_buffer.append", "audio": pcm_b64(50)})
+        c.send({"type": "input.text.append", "text": ""})  # refused too; waits for the append
+        c.recv("error")
+        before = session_state(port, c.session_id)
+        c.send(frame)
+        err = c.recv("error")["error"]
+        assert (err["code"], err["event_id"]) == (code, event_id), name
+        assert err["type"] == "invalid_request_error" and err["message"]
+        after = session_state(port, c.session_id)
+        assert after["seq"] == before["seq"] + 1, name  # the refusal was logged ...
+        before["state"]["seq"] = after["state"]["seq"]
+        assert after["state"] == before["state"], name  # ... and changed nothing else
+        assert after["state"]["buffer"]["samples"] == 50 * 24
+        c.send({"type": "input_audio_buffer.clear", "event_id": f"alive-{name}"})
+        c.recv("input_audio_buffer.cleared")  # the connection still works
+    # A response that never ends (no worker runs): a second one and a truncate past the end.
+    c.send({"type": "input_audio_buffer.append", "audio": pcm_b64(300)})
+    c.send({"type": "input_audio_buffer.commit"})
+    c.recv("conversation.item.done")
+    c.send({"type": "response.create", "event_id": "r1"})
+    item_id = c.recv("response.output_item.added")["item"]["id"]
+    c.send({"type": "response.create", "event_id": "r2"})
+    err = c.recv("error")["error"]
+    assert (err["code"], err["event_id"]) == (Code.ACTIVE_RESPONSE, "r2")
+    c.send({"type": "conversation.item.truncate", "event_id": "t1", "item_id": item_id, "content_index": 0, "audio_end_ms": 10})
+    err = c.recv("error")["error"]
+    assert (err["code"], err["event_id"], err["param"]) == (Code.TRUNCATE_OUT_OF_RANGE, "t1", "audio_end_ms")
+    c.send({"type": "response.cancel", "event_id": "c1"})
+    done = c.recv("response.done")["response"]
+    assert done["status"] == "cancelled" and done["status_details"]["reason"] == "client_cancelled"
+    c.send({"type": "session.close"})
+    c.recv("session.closed")
+
+    log = EventLog(Database(url))
+    rejected = [r.event for r in log.read_session(c.session_id) if isinstance(r.event, CommandRejected)]
+    expected = []
+    for _, _, code, eid in BAD_INPUTS:
+        expected += [(Code.INPUT_TEXT_EMPTY, None), (code, eid)]
+    assert [(e.code, e.client_event_id) for e in rejected] == expected + [
+        (Code.ACTIVE_RESPONSE, "r2"),
+        (Code.TRUNCATE_OUT_OF_RANGE, "t1"),
+    ]
+    assert rejected[1].excerpt == "{nope"
+
+
+def test_the_wire_is_a_byte_exact_projection_of_the_committed_log(server):
+    """I4 + I13: every frame the client got is derived from a committed log event, in order,
+    and re-deriving it from the log gives the same bytes."""
+    port, url = server
+    c = Client(port)
+    c.send({"type": "session.update", "session": {"type": "realtime", "instructions": "hello", "output_modalities": ["audio"]}})
+    c.send({"type": "input_audio_buffer.append", "audio": pcm_b64(200)})
+    c.send({"type": "input_audio_buffer.commit", "event_id": "commit-1"})
+    c.send({"type": "bogus"})
+    c.send({"type": "response.create"})
+    c.send({"type": "response.cancel"})
+    c.send({"type": "session.close"})
+    c.recv("session.closed")
+    with pytest.raises(Exception):
+        c.recv("never")  # the server closes the socket after session.closed
+
+    log = EventLog(Database(url))
+    state, expected = SessionState(), []
+    for r in log.read_session(c.session_id):
+        after = evolve(state, r.seq, r.event)
+        expected += [encode_wire(w) for w in project(state, r.seq, r.event, after)]
+        state = after
+    assert c.frames == expected
+    seqs = [json.loads(f)["server_event_seq"] for f in c.frames]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    # The server's view after close equals the replayed state.
+    assert session_state(port, c.session_id)["state"] == to_plain(state)
