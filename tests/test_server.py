@@ -137,3 +137,21 @@ def test_the_wire_is_a_byte_exact_projection_of_the_committed_log(server):
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     # The server's view after close equals the replayed state.
     assert session_state(port, c.session_id)["state"] == to_plain(state)
+
+
+def test_a_repeated_event_id_is_applied_once_and_answered_with_a_specific_error(server):
+    port, url = server
+    c = Client(port)
+    frame = {"type": "input_audio_buffer.append", "event_id": "same", "audio": pcm_b64(40)}
+    c.send(frame)
+    c.send(frame)
+    err = c.recv("error")["error"]
+    assert (err["code"], err["event_id"], err["param"]) == (Code.DUPLICATE_EVENT_ID, "same", "event_id")
+    state = session_state(port, c.session_id)["state"]
+    assert state["buffer"]["samples"] == 40 * 24 and len(state["buffer"]["append_seqs"]) == 1
+    # A refused command's event_id can be reused: refusals are not keyed.
+    c.send({"type": "input_audio_buffer.commit", "event_id": "again"})
+    assert c.recv("error")["error"]["code"] == Code.COMMIT_EMPTY
+    c.send({"type": "input_audio_buffer.append", "event_id": "more", "audio": pcm_b64(80)})
+    c.send({"type": "input_audio_buffer.commit", "event_id": "again"})
+    assert c.recv("input_audio_buffer.committed")["item_id"]

@@ -377,34 +377,9 @@ def _(cmd: Pump, state: SessionState) -> list[Event]:
             epoch=state.epoch,
             chunk_index=resp.next_chunk,
             applied_event_ids=(),
-            inputs=_inputs_of(state, resp),
+            inputs=resp.inputs,
         )
     ]
-
-
-def _inputs_of(state: SessionState, resp: Response) -> SpeechInputs:
-    """The inputs of a response's later ticks: the same as its first tick's, re-folded."""
-    cfg = state.config
-    assert cfg is not None
-    item = state.items[resp.item_id]
-    user = None
-    prev = item.previous_item_id
-    while prev is not None:
-        cand = state.items[prev]
-        if cand.role == "user":
-            user = cand
-            break
-        prev = cand.previous_item_id
-    return SpeechInputs(
-        reply_to_item_id=user.id if user else None,
-        user_audio_seqs=user.append_seqs if user else (),
-        user_text=user.input_text if user else "",
-        input_format=cfg.input_format,
-        output_format=resp.output_format,
-        instructions=resp.instructions,
-        voice=resp.voice,
-        output_modalities=resp.output_modalities,
-    )
 
 
 # --------------------------------------------------------------------------- playback / items

@@ -19,6 +19,7 @@ class Code:
     UNKNOWN_TYPE = "unknown_event_type"
     INVALID_EVENT = "invalid_event"
     FRAME_TOO_LARGE = "frame_too_large"
+    DUPLICATE_EVENT_ID = "duplicate_event_id"
     BINARY_FRAME = "binary_frame_unsupported"
 
     # Session.

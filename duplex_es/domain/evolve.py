@@ -187,7 +187,8 @@ def _(ev: TickIssued, state: SessionState, seq: int) -> SessionState:
         chunk_index=ev.chunk_index,
         applied_event_ids=ev.applied_event_ids,
     )
-    resp = attrs.evolve(state.responses[ev.response_id], tick_in_flight=ev.request_id)
+    resp = state.responses[ev.response_id]
+    resp = attrs.evolve(resp, tick_in_flight=ev.request_id, inputs=ev.inputs if ev.chunk_index == 0 else resp.inputs)
     state = _put_response(state, resp)
     return attrs.evolve(
         state,

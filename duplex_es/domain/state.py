@@ -11,7 +11,7 @@ from typing import Optional
 
 import attrs
 
-from duplex_es.events import AudioFormat, Mark, SessionConfig
+from duplex_es.events import AudioFormat, Mark, SessionConfig, SpeechInputs
 
 __all__ = ["InputBuffer", "Item", "Response", "Tick", "SessionState", "ACTIVE", "TERMINAL_STATUSES"]
 
@@ -82,6 +82,7 @@ class Item:
 class Response:
     """One response: lifecycle, tick progress and playback ledger.
 
+    ``inputs`` are what its first tick gave the engine; every later tick repeats them.
     Ledger (ms of this response's audio): ``generated_ms`` accepted from the engine (each
     accepted chunk is sent to the client after it commits, so it is also the sent position),
     ``played_ms`` and ``committed_ms`` from the client's acks (monotonic), capped by truncation.
@@ -96,6 +97,7 @@ class Response:
     instructions: str = ""
     output_format: AudioFormat = AudioFormat()
     conversation: str = "auto"
+    inputs: SpeechInputs = SpeechInputs()
     next_chunk: int = 0
     tick_in_flight: Optional[str] = None
     final_seen: bool = False

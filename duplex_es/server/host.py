@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, Iterable, Optional
 
 from prometheus_client import Counter, Histogram
 
-from duplex_es.domain import Pump, SessionState, decide, evolve
+from duplex_es.domain import COMMAND_TYPES, Code, Pump, SessionState, decide, evolve
 from duplex_es.domain.commands import Command, Invalid
 from duplex_es.events import CommandRejected, SessionClosed
 from duplex_es.protocol import encode_wire, project
@@ -94,6 +94,10 @@ class SessionHost:
             events = decide(self.state, command)
             if not events:
                 return
+            if isinstance(events[0], CommandRejected):
+                # Only applied commands are keyed: a refusal changes nothing, and keying it
+                # would answer a corrected retry with the old error.
+                key = None
             try:
                 with APPEND_SECONDS.time():
                     result = await asyncio.to_thread(
@@ -103,8 +107,16 @@ class SessionHost:
                 await self._catch_up()
                 continue
             if result.duplicate:
-                log.info("session %s: event_id %r was already applied; nothing new to send", self.session_id, key)
-                return
+                first, last = result.records[0].seq, result.records[-1].seq
+                command = Invalid(
+                    event_id=key,
+                    command_type=COMMAND_TYPES.get(type(command)),
+                    code=Code.DUPLICATE_EVENT_ID,
+                    message=f"event_id {key!r} was already applied (log seq {first}-{last}); nothing was done again",
+                    param="event_id",
+                )
+                key = None
+                continue
             if not isinstance(command, Pump):
                 rejected = any(isinstance(e, CommandRejected) for e in events)
                 COMMANDS.labels("rejected" if rejected or isinstance(command, Invalid) else "accepted").inc()

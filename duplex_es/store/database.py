@@ -112,18 +112,10 @@ class Database:
     def write(self) -> Iterator[Connection]:
         """A write transaction that appends in global order; commits on exit, rolls back on error."""
         with self._write_lock if self.is_sqlite else contextlib.nullcontext():
-            with self.engine.connect() as conn:
-                if self.is_sqlite:
-                    conn.exec_driver_sql("BEGIN IMMEDIATE")
-                else:
-                    conn.exec_driver_sql("BEGIN")
+            with self._begin("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN") as conn:
+                if not self.is_sqlite:
                     conn.execute(sa.select(sa.func.pg_advisory_xact_lock(APPEND_LOCK_KEY)))
-                try:
-                    yield conn
-                except BaseException:
-                    conn.exec_driver_sql("ROLLBACK")
-                    raise
-                conn.exec_driver_sql("COMMIT")
+                yield conn
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -132,9 +124,14 @@ class Database:
         if self.is_sqlite:
             with self.write() as conn:
                 yield conn
-            return
+        else:
+            with self._begin("BEGIN") as conn:
+                yield conn
+
+    @contextlib.contextmanager
+    def _begin(self, begin_sql: str) -> Iterator[Connection]:
         with self.engine.connect() as conn:
-            conn.exec_driver_sql("BEGIN")
+            conn.exec_driver_sql(begin_sql)
             try:
                 yield conn
             except BaseException:
