@@ -155,3 +155,27 @@ def test_a_repeated_event_id_is_applied_once_and_answered_with_a_specific_error(
     c.send({"type": "input_audio_buffer.append", "event_id": "more", "audio": pcm_b64(80)})
     c.send({"type": "input_audio_buffer.commit", "event_id": "again"})
     assert c.recv("input_audio_buffer.committed")["item_id"]
+
+
+def test_a_dropped_connection_cancels_its_response_and_the_session_stays_in_the_log(server):
+    port, url = server
+    c = Client(port)
+    c.send({"type": "input_audio_buffer.append", "audio": pcm_b64(300)})
+    c.send({"type": "input_audio_buffer.commit"})
+    c.send({"type": "response.create"})
+    c.recv("response.content_part.added")
+    c.ws.close()
+    log = EventLog(Database(url))
+    import time
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and log.read_session(c.session_id)[-1].event.TYPE != "response.done":
+        time.sleep(0.05)
+    last = [r.event for r in log.read_session(c.session_id)][-2:]
+    assert last[0].TYPE == "epoch.advanced" and last[0].reason == "client_disconnected"
+    assert last[1].TYPE == "response.done" and last[1].status == "cancelled"
+    state = session_state(port, c.session_id)
+    assert state["live"] is False and state["state"]["status"] == "open"
+    from duplex_es.audit import audit_session
+
+    assert audit_session(log, c.session_id).ok

@@ -140,10 +140,12 @@ class CreateResponse:
 
 @attrs.frozen(kw_only=True)
 class CancelResponse:
-    """``response.cancel``, optionally naming the response."""
+    """``response.cancel``, optionally naming the response. The server also cancels with
+    ``cause="client_disconnected"`` when the connection drops mid-response."""
 
     event_id: Optional[str] = None
     response_id: Optional[str] = None
+    cause: str = "client_cancelled"
 
 
 @attrs.frozen(kw_only=True)

@@ -319,20 +319,21 @@ def _(cmd: CancelResponse, state: SessionState) -> list[Event]:
         return _reject(
             cmd, Code.CANCEL_NOT_ACTIVE, f"Cancellation failed: response {cmd.response_id} is not active", "response_id"
         )
-    return _cancel(state, resp, "client_cancelled", cmd.event_id)
+    return _cancel(state, resp, cmd.cause, cmd.event_id)
 
 
-def _cancel(state: SessionState, resp: Response, reason: str, event_id: Optional[str]) -> list[Event]:
-    """Cancel ``resp``: raise the epoch (fencing its ticks) and end it ``cancelled``."""
+def _cancel(state: SessionState, resp: Response, cause: str, event_id: Optional[str]) -> list[Event]:
+    """Cancel ``resp``: raise the epoch (fencing its ticks, recording ``cause``) and end it
+    ``cancelled`` with the Realtime reason ``client_cancelled``."""
     live = [t for t in state.ticks.values() if t.response_id == resp.id]
     return [
         EpochAdvanced(
             epoch=state.epoch + 1,
-            reason=reason,
+            reason=cause,
             cancelled_request_ids=tuple(t.request_id for t in live),
             discarded_event_ids=tuple(sorted(s for t in live for s in t.applied_event_ids)),
         ),
-        _done_cancelled(resp, reason, event_id),
+        _done_cancelled(resp, "client_cancelled", event_id),
     ]
 
 

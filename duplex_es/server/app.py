@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from duplex_es.domain import OpenSession, fold
+from duplex_es.domain import CancelResponse, OpenSession, fold
 from duplex_es.events import to_plain
 from duplex_es.protocol import parse_frame
 from duplex_es.server.follower import LogFollower
@@ -78,6 +78,12 @@ def create_app(db: Database, *, api_key: str | None = None, poll_ms: int = 5) ->
             pass
         finally:
             host.detach()
+            if host.state.active_response is not None:
+                # Nobody is listening: stop generating. The session itself stays in the log.
+                try:
+                    await host.handle(CancelResponse(cause="client_disconnected"))
+                except Exception:
+                    log.exception("session %s: could not cancel the response of a closed connection", session_id)
             hosts.pop(session_id, None)
             log.info("session %s: connection ended", session_id)
 
