@@ -51,6 +51,10 @@ class LogFollower:
 
     async def _run(self) -> None:
         while True:
+            if not self.hosts():
+                # Nobody to wake; hosts read their own events by seq when they start.
+                await asyncio.sleep(max(self.poll_ms, 50) / 1000)
+                continue
             try:
                 rows = await asyncio.to_thread(self.log.tail_sessions, self.position)
             except Exception:

@@ -92,6 +92,10 @@ class TickQueue:
             .order_by(ticks_t.c.position)
             .limit(1)
         )
+        # An idle worker polls often: look before taking SQLite's write lock.
+        with self.db.read() as conn:
+            if conn.execute(q).first() is None:
+                return None
         if not self.db.is_sqlite:
             q = q.with_for_update(skip_locked=True)
         with self.db.transaction() as conn:
