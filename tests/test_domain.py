@@ -258,7 +258,9 @@ def test_truncate_keeps_the_heard_prefix_caps_later_acks_and_is_idempotent():
     once = h.state
     h.run(TruncateItem(item_id=item_id, audio_end_ms=1000))
     assert attrs.evolve(once, seq=h.state.seq, unapplied=h.state.unapplied) == h.state
-    h.run(AckPlayback(response_id=rid, played_ms=2000))  # a later ack cannot grow past the cap
+    # The item's audio now ends at 1000 ms: a later ack cannot reach past it.
+    only_rejection(h.run(AckPlayback(response_id=rid, played_ms=2000)), Code.PLAYBACK_OUT_OF_RANGE)
+    h.run(AckPlayback(response_id=rid, played_ms=1000))
     assert h.state.items[item_id].transcript == "The weather"
     # Truncation also works after later turns.
     _finished_turn(h)
@@ -390,3 +392,30 @@ def test_the_domain_reads_no_clock_draws_no_randomness_and_does_no_io():
                 assert n.split(".")[0] not in forbidden and n not in forbidden, f"{path.name} imports {n}"
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                 assert node.func.id not in ("open", "print", "input"), f"{path.name} calls {node.func.id}"
+
+
+def test_bounds_keep_one_client_from_taking_a_worker_hostage():
+    from duplex_es.domain import MAX_INPUT_TEXT_CHARS, AppendAudio, ResponseOptions
+    import base64 as b64
+
+    h = Harness.open()
+    rej = only_rejection(h.run(AppendText(text="w" * (MAX_INPUT_TEXT_CHARS + 1))), Code.INPUT_TEXT_TOO_LONG)
+    assert rej.param == "text"
+    h.run(AppendText(text="w" * MAX_INPUT_TEXT_CHARS))
+    only_rejection(h.run(AppendText(text="x")), Code.INPUT_TEXT_TOO_LONG)
+    minute = b"\0\0" * 24000 * 60
+    chunk = AppendAudio(audio=b64.b64encode(minute).decode(), nbytes=len(minute))
+    for _ in range(10):
+        assert h.run(chunk)[0].TYPE == "input_audio_buffer.appended"
+    only_rejection(h.run(chunk), Code.BUFFER_FULL)
+    only_rejection(h.run(UpdateSession(patch=SessionPatch(voice="nosuchvoice"))), Code.UNSUPPORTED_VOICE)
+    only_rejection(h.run(UpdateSession(patch=SessionPatch(instructions="i" * 20_000))), Code.INSTRUCTIONS_TOO_LONG)
+    empty = CreateResponse(response_id="r", item_id="i", request_id="q", options=ResponseOptions(output_modalities=()))
+    only_rejection(h.run(empty), Code.UNSUPPORTED_MODALITIES)
+
+
+def test_committed_ms_cannot_exceed_played_ms():
+    h = Harness.open()
+    rid = _finished_turn(h)
+    rej = only_rejection(h.run(AckPlayback(response_id=rid, played_ms=1000, committed_ms=1500)), Code.PLAYBACK_OUT_OF_RANGE)
+    assert rej.param == "committed_ms"

@@ -140,3 +140,46 @@ def test_every_projected_event_is_a_valid_sdk_server_event_with_log_derived_ids(
         "response.output_audio.done", "response.output_audio_transcript.done", "response.content_part.done",
         "response.output_item.done", "response.done", "error", "conversation.item.truncated", "playback.acknowledged", "session.closed",
     } <= seen_types
+
+
+@pytest.mark.parametrize(
+    "frame,param,echo",
+    [
+        ('{"type":"input.text.append","event_id":"x1","text":"\\udc00"}', None, "x1"),
+        ('{"type":"\\ud800","event_id":"x2"}', None, "x2"),
+        ('{"type":"input_audio_buffer.clear","event_id":"n\\u0000"}', None, None),
+        ('{"type":"input.text.append","event_id":"x3","text":"a\\u0000b"}', None, "x3"),
+        ('{"type":"playback.ack","event_id":"x4","played_ms":1e300}', "played_ms", "x4"),
+        ('{"type":"session.update","event_id":"x5","session":{"id":"sess_other"}}', "session.id", "x5"),
+        ('{"type":"session.update","event_id":"x6","session":{"tools":"junk"}}', "session.tools", "x6"),
+        ('{"type":"session.update","event_id":"x7","session":{"temperature":"hot"}}', "session.temperature", "x7"),
+        ('{"type":"session.update","event_id":"x8","session":{"audio":{"output":{"speed":-5}}}}', "session.audio.output.speed", "x8"),
+        ('{"type":"session.update","event_id":"x9","session":{"audio":{"input":{"transcription":5}}}}', "session.audio.input.transcription", "x9"),
+        ('{"type":"response.create","event_id":"x10","response":{"metadata":"junk"}}', "response.metadata", "x10"),
+    ],
+)
+def test_values_that_cannot_be_stored_or_have_the_wrong_type_are_refused(frame, param, echo):
+    cmd = parse(frame)
+    assert isinstance(cmd, Invalid) and cmd.code == Code.INVALID_EVENT, cmd
+    assert cmd.param == param and cmd.event_id == echo
+    # Whatever is logged about the refusal is storable text.
+    for text in (cmd.message, cmd.excerpt or "", cmd.command_type or "", cmd.param or ""):
+        assert "\x00" not in text
+        text.encode("utf-8")
+
+
+def test_unparseable_numbers_and_deep_nesting_are_invalid_json_with_a_clear_message():
+    huge = parse('{"type":"playback.ack","event_id":"x","played_ms":' + "9" * 5000 + "}")
+    assert huge.code == Code.INVALID_JSON and "cannot be parsed" in huge.message
+    deep = parse('{"type":"input.text.append","text":' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert deep.code == Code.INVALID_JSON and "too deeply" in deep.message
+    nul = parse("\x00garbage")
+    assert nul.code == Code.INVALID_JSON and "\x00" not in nul.excerpt
+
+
+def test_frame_size_counts_utf8_bytes():
+    from duplex_es.protocol import MAX_FRAME_BYTES
+
+    text = "€" * (MAX_FRAME_BYTES // 3 + 10)  # fewer characters than the limit, more bytes
+    cmd = parse(json.dumps({"type": "input.text.append", "text": text}, ensure_ascii=False))
+    assert isinstance(cmd, Invalid) and cmd.code == Code.FRAME_TOO_LARGE

@@ -39,15 +39,19 @@ def read_wav_pcm16(path: Path, rate: int = 24000) -> bytes:
     """Read a mono PCM16 WAV file, resampled to ``rate`` Hz if needed.
 
     Raises:
-        ValueError: the file is not mono 16-bit PCM.
+        ValueError: the file is not a WAV file of mono 16-bit PCM.
+        OSError: the file cannot be read.
     """
     from duplex_es.worker.speech.resample import resample_pcm16
 
-    with wave.open(str(path), "rb") as w:
-        if w.getnchannels() != 1 or w.getsampwidth() != 2:
-            raise ValueError(f"{path}: need mono 16-bit PCM, got {w.getnchannels()} channels of {w.getsampwidth() * 8} bits")
-        pcm = w.readframes(w.getnframes())
-        return resample_pcm16(pcm, w.getframerate(), rate)
+    try:
+        with wave.open(str(path), "rb") as w:
+            if w.getnchannels() != 1 or w.getsampwidth() != 2:
+                raise ValueError(f"{path}: need mono 16-bit PCM, got {w.getnchannels()} channels of {w.getsampwidth() * 8} bits")
+            pcm = w.readframes(w.getnframes())
+            return resample_pcm16(pcm, w.getframerate(), rate)
+    except (wave.Error, EOFError) as exc:
+        raise ValueError(f"{path} is not a WAV file ({exc})") from exc
 
 
 def write_wav_pcm16(path: Path, pcm: bytes, rate: int = 24000) -> None:

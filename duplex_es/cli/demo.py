@@ -8,6 +8,8 @@ official ``openai`` SDK, writes the spoken reply to a WAV file, and shows what `
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import datetime as dt
 from pathlib import Path
 from typing import Optional
@@ -91,8 +93,6 @@ def run_demo(
     console.print(audit_line(report), highlight=False)
     for v in report.violations:
         console.print(f"  [red]seq {v.seq} [{v.check}][/] {v.message}", highlight=False)
-    console.print(
-        f"\nTry: duplex-es replay {turn.session_id} --db {url}\n     duplex-es audit --db {url}",
-        highlight=False,
-    )
+    exe = os.path.relpath(sys.argv[0]) if os.path.basename(sys.argv[0]) == "duplex-es" else "duplex-es"
+    console.print(f"\nTry: {exe} replay {turn.session_id} --db {url}\n     {exe} audit --db {url}", highlight=False)
     return 0 if report.ok and turn.response_status == "completed" else 1

@@ -14,23 +14,38 @@ import signal
 import sys
 from typing import Optional, Sequence
 
+import sqlalchemy as sa
 from rich.console import Console
 
-from duplex_es.store import Database, EventLog, upgrade
+from duplex_es.store import Database, EventLog, StoredEventError, upgrade
 
 __all__ = ["main", "build_parser"]
 
-console = Console()
+# Piped output keeps whole session ids instead of rich's 80-column default.
+console = Console() if Console().is_terminal or "COLUMNS" in os.environ else Console(width=200)
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
-def _open_db(args: argparse.Namespace, *, migrate: bool = True) -> Database:
-    db = Database(args.db)
+class CliError(Exception):
+    """A problem to report in one line, without a traceback."""
+
+
+def _open_db(args: argparse.Namespace, *, migrate: bool = True, create: bool = True) -> Database:
+    db = Database(args.db, create=create)
     if migrate:
         upgrade(db)
     return db
 
 
+def _read_db(args: argparse.Namespace) -> Database:
+    """The database of a command that only reads: it must exist; migrate it if it is old."""
+    return _open_db(args, create=False)
+
+
 def _resolve_session(log: EventLog, given: str) -> str:
+    if not given:
+        raise SystemExit("duplex-es: the session id is empty")
     if log.head(given):
         return given
     matches = log.find_session(given)
@@ -47,7 +62,7 @@ def _resolve_session(log: EventLog, given: str) -> str:
 def cmd_db(args: argparse.Namespace) -> int:
     from duplex_es.store.migrate import current_revision, head_revision
 
-    db = Database(args.db)
+    db = Database(args.db, create=args.db_command == "upgrade")
     if args.db_command == "upgrade":
         rev = upgrade(db)
         console.print(f"database {db.describe()} is at revision [bold]{rev}[/]")
@@ -68,8 +83,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         app,
         host=args.host,
         port=args.port,
-        ws="websockets",
-        ws_max_size=MAX_FRAME_BYTES + 4096,
+        ws="websockets-sansio",
+        # Twice our own limit, so a frame up to 32 MiB still gets a frame_too_large error event;
+        # anything larger closes the connection with 1009.
+        ws_max_size=2 * MAX_FRAME_BYTES,
         log_level=args.log_level.lower(),
     )
     return 0
@@ -103,7 +120,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_sessions(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    log = EventLog(_open_db(args))
+    log = EventLog(_read_db(args))
     table = Table(title=f"sessions in {log.db.describe()}")
     for col in ("session", "events"):
         table.add_column(col)
@@ -117,8 +134,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from duplex_es.cli.render import print_replay, replay_json
     from duplex_es.replay import replay
 
-    log = EventLog(_open_db(args))
-    result = replay(log, _resolve_session(log, args.session_id), at=args.at)
+    log = EventLog(_read_db(args))
+    session_id = _resolve_session(log, args.session_id)
+    head = log.head(session_id)
+    if args.at is not None and not 1 <= args.at <= head:
+        raise CliError(f"--at {args.at} is outside session {session_id}, whose events are 1..{head}")
+    result = replay(log, session_id, at=args.at)
     if args.json:
         print(json.dumps(replay_json(result), indent=2))
     else:
@@ -130,7 +151,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from duplex_es.audit import audit_all, audit_session
     from duplex_es.cli.render import audit_json, print_audit
 
-    log = EventLog(_open_db(args))
+    log = EventLog(_read_db(args))
     audits = [audit_session(log, _resolve_session(log, args.session_id))] if args.session_id else audit_all(log)
     if args.json:
         print(json.dumps(audit_json(audits), indent=2))
@@ -148,6 +169,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # -------------------------------------------------------------------------------------- parser
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a TCP port is 0..65535, got {text}")
+    return value
+
+
+def _log_level(text: str) -> str:
+    if text.upper() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"choose one of {', '.join(LOG_LEVELS)}")
+    return text.upper()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``duplex-es``."""
     parser = argparse.ArgumentParser(
@@ -162,7 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="database URL: sqlite:///file.db or postgresql+psycopg://user@host/db "
         "(default: $DUPLEX_ES_DATABASE_URL, else sqlite:///duplex_es.db)",
     )
-    common.add_argument("--log-level", default=os.environ.get("DUPLEX_ES_LOG_LEVEL", "INFO"), help="logging level (default INFO)")
+    common.add_argument(
+        "--log-level",
+        type=_log_level,
+        default=os.environ.get("DUPLEX_ES_LOG_LEVEL", "INFO"),
+        help="DEBUG, INFO, WARNING, ERROR or CRITICAL (default INFO, or $DUPLEX_ES_LOG_LEVEL)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("db", parents=[common], help="manage the database schema (Alembic migrations)")
@@ -171,16 +217,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", parents=[common], help="run the Realtime WebSocket server")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=_port, default=8000)
     p.add_argument("--api-key", default=os.environ.get("DUPLEX_ES_API_KEY"), help="require this bearer token ($DUPLEX_ES_API_KEY)")
-    p.add_argument("--poll-ms", type=int, default=5, help="log polling interval while idle (ms)")
+    p.add_argument("--poll-ms", type=_positive_int, default=5, help="log polling interval while idle (ms)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("worker", parents=[common], help="run a worker: claim ticks, run the engine, append outputs")
     p.add_argument("--engine", choices=["speech"], default="speech")
-    p.add_argument("--claim-ttl-ms", type=int, default=5000, help="tick claim lease (ms)")
-    p.add_argument("--poll-ms", type=int, default=10, help="idle polling interval (ms)")
-    p.add_argument("--chunk-ms", type=int, default=500, help="audio per tick (ms)")
+    p.add_argument("--claim-ttl-ms", type=_positive_int, default=5000, help="tick claim lease (ms)")
+    p.add_argument("--poll-ms", type=_positive_int, default=10, help="idle polling interval (ms)")
+    p.add_argument("--chunk-ms", type=_positive_int, default=500, help="audio per tick (ms)")
     p.add_argument("--step-delay-ms", type=int, default=0, help="extra time per step, to stand in for a slower model (ms)")
     p.add_argument("--worker-id", default=None)
     p.set_defaults(func=cmd_worker)
@@ -202,23 +248,32 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", parents=[common], help="speak the fixture question through serve + worker and show replay and audit")
     p.add_argument("--audio", default=None, help="a mono PCM16 WAV to send (default: the shared weather question)")
     p.add_argument("--out", default="demo-output", help="folder for the database, logs and reply WAV")
-    p.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
-    p.add_argument("--chunk-ms", type=int, default=500)
+    p.add_argument("--port", type=_port, default=0, help="server port (default: a free one)")
+    p.add_argument("--chunk-ms", type=_positive_int, default=500)
     p.set_defaults(func=cmd_demo)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``duplex-es`` console script."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.log_level = _log_level(str(args.log_level))
+    except argparse.ArgumentTypeError as exc:
+        parser.error(f"--log-level: {exc}")
+    logging.basicConfig(level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
     except KeyboardInterrupt:
         return 130
+    except (CliError, ValueError, OSError, StoredEventError) as exc:
+        console.print(f"[red]duplex-es {args.command}:[/] {exc}", highlight=False)
+        return 2
+    except sa.exc.DBAPIError as exc:
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
+        console.print(f"[red]duplex-es {args.command}:[/] database error: {reason}", highlight=False)
+        return 2
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from duplex_es.domain.commands import (
     UpdateSession,
 )
 from duplex_es.domain.errors import ERROR_TYPES, Code
+from duplex_es.domain.limits import MAX_BUFFER_MS, MAX_INPUT_TEXT_CHARS, MAX_INSTRUCTIONS_CHARS, MIN_COMMIT_MS, VOICES
 from duplex_es.domain.state import Response, SessionState
 from duplex_es.events import (
     AudioAppended,
@@ -53,10 +54,7 @@ from duplex_es.events import (
     TickIssued,
 )
 
-__all__ = ["decide", "COMMAND_TYPES", "MIN_COMMIT_MS"]
-
-#: The shortest audio ``input_audio_buffer.commit`` accepts without text (OpenAI's rule).
-MIN_COMMIT_MS = 100
+__all__ = ["decide", "COMMAND_TYPES"]
 
 #: Wire name of each command, recorded in ``command.rejected.command_type``.
 COMMAND_TYPES: dict[type, str] = {
@@ -155,6 +153,12 @@ def _(cmd: UpdateSession, state: SessionState) -> list[Event]:
         return _reject(
             cmd, Code.UNSUPPORTED_MODALITIES, 'output_modalities must be ["audio"] or ["text"]', "session.output_modalities"
         )
+    if p.voice is not UNSET and p.voice not in VOICES:
+        return _reject(
+            cmd, Code.UNSUPPORTED_VOICE, f"unknown voice {str(p.voice)[:64]!r}; choose one of {', '.join(sorted(VOICES))}", "session.audio.output.voice"
+        )
+    if p.instructions is not UNSET and len(p.instructions) > MAX_INSTRUCTIONS_CHARS:
+        return _reject(cmd, Code.INSTRUCTIONS_TOO_LONG, f"instructions exceed {MAX_INSTRUCTIONS_CHARS} characters", "session.instructions")
     if p.voice is not UNSET and p.voice != cfg.voice and state.audio_output_started:
         return _reject(
             cmd, Code.VOICE_UPDATE_AFTER_AUDIO, "the voice cannot change after the session produced audio", "session.audio.output.voice"
@@ -198,11 +202,19 @@ def _(cmd: AppendAudio, state: SessionState) -> list[Event]:
             f"PCM16 audio needs an even number of bytes; got {cmd.nbytes}",
             "audio",
         )
+    samples = samples_of(cmd.nbytes, fmt)
+    if (state.buffer.samples + samples) * 1000 > MAX_BUFFER_MS * fmt.rate:
+        return _reject(
+            cmd,
+            Code.BUFFER_FULL,
+            f"the input buffer holds at most {MAX_BUFFER_MS // 1000} s of audio; commit or clear it first",
+            "audio",
+        )
     return [
         AudioAppended(
             client_event_id=cmd.event_id,
             audio=cmd.audio,
-            samples=samples_of(cmd.nbytes, fmt),
+            samples=samples,
             start_sample=state.input_clock,
         )
     ]
@@ -212,6 +224,10 @@ def _(cmd: AppendAudio, state: SessionState) -> list[Event]:
 def _(cmd: AppendText, state: SessionState) -> list[Event]:
     if not cmd.text:
         return _reject(cmd, Code.INPUT_TEXT_EMPTY, "text is empty", "text")
+    if len(state.buffer.text) + len(cmd.text) > MAX_INPUT_TEXT_CHARS:
+        return _reject(
+            cmd, Code.INPUT_TEXT_TOO_LONG, f"a user item holds at most {MAX_INPUT_TEXT_CHARS} characters of text", "text"
+        )
     return [TextAppended(client_event_id=cmd.event_id, text=cmd.text)]
 
 
@@ -266,7 +282,7 @@ def _(cmd: CreateResponse, state: SessionState) -> list[Event]:
         return _reject(
             cmd, Code.UNSUPPORTED_RESPONSE_OPTION, 'only conversation "auto" is supported', "response.conversation"
         )
-    modalities = o.output_modalities or cfg.output_modalities
+    modalities = cfg.output_modalities if o.output_modalities is None else o.output_modalities
     if modalities not in (("audio",), ("text",)):
         return _reject(
             cmd, Code.UNSUPPORTED_MODALITIES, 'output_modalities must be ["audio"] or ["text"]', "response.output_modalities"
@@ -274,8 +290,12 @@ def _(cmd: CreateResponse, state: SessionState) -> list[Event]:
     out_fmt = o.output_format or cfg.output_format
     if not is_supported(out_fmt):
         return _reject(cmd, Code.UNSUPPORTED_AUDIO_FORMAT, "unsupported output audio format", "response.audio.output.format")
-    voice = o.voice or cfg.voice
+    voice = cfg.voice if o.voice is None else o.voice
+    if voice not in VOICES:
+        return _reject(cmd, Code.UNSUPPORTED_VOICE, f"unknown voice {voice[:64]!r}", "response.audio.output.voice")
     instructions = cfg.instructions if o.instructions is None else o.instructions
+    if len(instructions) > MAX_INSTRUCTIONS_CHARS:
+        return _reject(cmd, Code.INSTRUCTIONS_TOO_LONG, f"instructions exceed {MAX_INSTRUCTIONS_CHARS} characters", "response.instructions")
     user = state.last_user_item()
     inputs = SpeechInputs(
         reply_to_item_id=user.id if user else None,
@@ -397,25 +417,23 @@ def _(cmd: AckPlayback, state: SessionState) -> list[Event]:
     committed = cmd.played_ms if cmd.committed_ms is None else cmd.committed_ms
     if committed < 0:
         return _reject(cmd, Code.PLAYBACK_OUT_OF_RANGE, "committed_ms must be >= 0", "committed_ms")
-    for name, value in (("played_ms", cmd.played_ms), ("committed_ms", committed)):
-        if value > resp.generated_ms:
-            return _reject(
-                cmd,
-                Code.PLAYBACK_OUT_OF_RANGE,
-                f"{name} {value} is past the {resp.generated_ms} ms of audio sent for response {resp.id}",
-                name,
-            )
-    item = state.items[resp.item_id]
-    new_committed = max(resp.committed_ms, committed)
-    if item.truncated_ms is not None:
-        new_committed = min(new_committed, item.truncated_ms)
+    if committed > cmd.played_ms:
+        return _reject(cmd, Code.PLAYBACK_OUT_OF_RANGE, "committed_ms cannot exceed played_ms", "committed_ms")
+    audio_ms = state.items[resp.item_id].audio_ms  # generated audio, cut at a truncation
+    if cmd.played_ms > audio_ms:
+        return _reject(
+            cmd,
+            Code.PLAYBACK_OUT_OF_RANGE,
+            f"played_ms {cmd.played_ms} is past the {audio_ms} ms of audio of response {resp.id}",
+            "played_ms",
+        )
     return [
         PlaybackAcked(
             client_event_id=cmd.event_id,
             response_id=resp.id,
             item_id=resp.item_id,
             played_ms=max(resp.played_ms, cmd.played_ms),
-            committed_ms=new_committed,
+            committed_ms=max(resp.committed_ms, committed),
         )
     ]
 
@@ -438,7 +456,7 @@ def _playback_target(state: SessionState, cmd: AckPlayback) -> tuple[Optional[Re
                 cmd, Code.PLAYBACK_TARGET_NOT_FOUND, f"no assistant item {cmd.item_id}", "item_id"
             )
         return state.responses[item.response_id], None
-    candidates = [r for r in state.responses.values() if r.active or r.committed_ms < r.generated_ms]
+    candidates = [r for r in state.responses.values() if r.active or r.committed_ms < state.items[r.item_id].audio_ms]
     if not candidates:
         return None, _reject(cmd, Code.PLAYBACK_TARGET_NOT_FOUND, "no response is playing; name response_id")
     if len(candidates) > 1:

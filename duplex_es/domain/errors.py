@@ -30,11 +30,15 @@ class Code:
     UNSUPPORTED_AUDIO_FORMAT = "unsupported_audio_format"
     UNSUPPORTED_TURN_DETECTION = "unsupported_turn_detection"
     UNSUPPORTED_MODALITIES = "unsupported_output_modalities"
+    UNSUPPORTED_VOICE = "unsupported_voice"
+    INSTRUCTIONS_TOO_LONG = "instructions_too_long"
 
     # Input.
     INVALID_AUDIO_BASE64 = "invalid_audio_base64"
     INVALID_AUDIO_LENGTH = "invalid_audio_length"
     INPUT_TEXT_EMPTY = "input_text_empty"
+    INPUT_TEXT_TOO_LONG = "input_text_too_long"
+    BUFFER_FULL = "input_audio_buffer_full"
     COMMIT_EMPTY = "input_audio_buffer_commit_empty"  # OpenAI
 
     # Responses.

@@ -41,14 +41,53 @@ __all__ = ["parse_frame", "MAX_FRAME_BYTES", "IdFactory", "CLIENT_EVENT_TYPES"]
 #: Largest client frame accepted: OpenAI's 15 MiB audio cap plus room for the JSON envelope.
 MAX_FRAME_BYTES = 16 * 1024 * 1024
 
+#: The largest magnitude an integer field may have (JSON's safe integer range).
+MAX_INT = 2**53 - 1
+
 #: ``new_id(prefix)`` returns a fresh id such as ``item_3f2a...``; supplied by the server.
 IdFactory = Callable[[str], str]
 
-#: GA session fields duplex_es accepts and ignores (documented in docs/protocol.md).
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or check(v)
+
+
+#: GA fields duplex_es accepts and ignores (documented in docs/protocol.md), each with the JSON
+#: type it must have: ignoring a field is no reason to accept junk in it.
+_IGNORED_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "tools": (lambda v: isinstance(v, list) and all(isinstance(t, dict) for t in v), "a list of tool objects"),
+    "tool_choice": (lambda v: isinstance(v, (str, dict)), "a string or an object"),
+    "max_output_tokens": (lambda v: v == "inf" or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 4096), '"inf" or 1..4096'),
+    "tracing": (_optional(lambda v: v == "auto" or isinstance(v, dict)), '"auto", an object or null'),
+    "truncation": (lambda v: isinstance(v, (str, dict)), "a string or an object"),
+    "include": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings"),
+    "prompt": (_optional(lambda v: isinstance(v, dict)), "an object or null"),
+    "temperature": (lambda v: _is_number(v) and 0 <= v <= 2, "a number in [0, 2]"),
+    "reasoning": (_optional(lambda v: isinstance(v, dict)), "an object or null"),
+    "parallel_tool_calls": (lambda v: isinstance(v, bool), "a boolean"),
+    "metadata": (
+        _optional(lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values())),
+        "an object of strings or null",
+    ),
+    "transcription": (_optional(lambda v: isinstance(v, dict)), "an object or null"),
+    "noise_reduction": (_optional(lambda v: isinstance(v, dict)), "an object or null"),
+    "speed": (lambda v: _is_number(v) and 0.25 <= v <= 1.5, "a number in [0.25, 1.5]"),
+}
 _IGNORED_SESSION_FIELDS = frozenset(
     {"tools", "tool_choice", "max_output_tokens", "tracing", "truncation", "include", "prompt", "temperature", "reasoning", "parallel_tool_calls"}
 )
 _IGNORED_RESPONSE_FIELDS = frozenset({"metadata", "tools", "tool_choice", "max_output_tokens", "prompt", "temperature"})
+
+
+def _check_ignored(obj: dict, names: frozenset[str] | set[str], path: str) -> None:
+    for name in names:
+        if name in obj:
+            ok, want = _IGNORED_FIELDS[name]
+            if not ok(obj[name]):
+                raise _Bad(Code.INVALID_EVENT, f"{path}.{name} must be {want}", f"{path}.{name}")
 
 
 class _Bad(Exception):
@@ -56,9 +95,40 @@ class _Bad(Exception):
         self.code, self.message, self.param = code, message, param
 
 
-def _excerpt(raw: str | bytes) -> str:
-    text = raw if isinstance(raw, str) else raw[:200].decode("utf-8", "replace")
-    return text[:200]
+def _printable(text: str, limit: int = 200) -> str:
+    """``text`` cut to ``limit`` characters and made storable: no NUL (PostgreSQL text cannot
+    hold it) and no lone surrogate (not encodable as UTF-8)."""
+    text = text[:limit].replace("\x00", "\\x00")
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _excerpt(raw: str) -> str:
+    return _printable(raw)
+
+
+def _bad_string(obj: Any) -> Optional[str]:
+    """Why a parsed frame cannot be stored as given: a string (or key) with a NUL or a lone
+    UTF-16 surrogate (JSON escapes such as ``\\udc00`` decode to one)."""
+    stack = [obj]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if v.isascii():
+                if "\x00" in v:
+                    return "strings must not contain NUL (\\u0000)"
+                continue
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return "strings must be valid Unicode (a lone UTF-16 surrogate was found)"
+            if "\x00" in v:
+                return "strings must not contain NUL (\\u0000)"
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return None
 
 
 def parse_frame(raw: str | bytes, new_id: IdFactory) -> Command:
@@ -73,15 +143,25 @@ def parse_frame(raw: str | bytes, new_id: IdFactory) -> Command:
     """
     if isinstance(raw, bytes):
         return Invalid(code=Code.BINARY_FRAME, message="binary frames are not part of the Realtime protocol; send JSON text")
-    if len(raw) > MAX_FRAME_BYTES:
-        return Invalid(code=Code.FRAME_TOO_LARGE, message=f"frame of {len(raw)} bytes exceeds {MAX_FRAME_BYTES}")
+    # Count UTF-8 bytes, as the transport does; characters are a cheap lower bound.
+    size = len(raw) if len(raw) * 4 <= MAX_FRAME_BYTES else len(raw.encode("utf-8", "surrogatepass"))
+    if size > MAX_FRAME_BYTES:
+        return Invalid(code=Code.FRAME_TOO_LARGE, message=f"frame of {size} bytes exceeds the limit of {MAX_FRAME_BYTES}")
     try:
         msg = json.loads(raw)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except json.JSONDecodeError as exc:
         return Invalid(code=Code.INVALID_JSON, message=f"frame is not valid JSON: {exc}", excerpt=_excerpt(raw))
+    except RecursionError:
+        return Invalid(code=Code.INVALID_JSON, message="frame nests JSON values too deeply to parse", excerpt=_excerpt(raw))
+    except ValueError as exc:  # e.g. an integer literal of thousands of digits
+        return Invalid(code=Code.INVALID_JSON, message=f"frame holds a value that cannot be parsed: {exc}", excerpt=_excerpt(raw))
     if not isinstance(msg, dict):
         return Invalid(code=Code.INVALID_EVENT, message="a client event must be a JSON object", excerpt=_excerpt(raw))
     event_id = msg.get("event_id")
+    why = _bad_string(msg)
+    if why is not None:
+        echo = event_id if isinstance(event_id, str) and _bad_string(event_id) is None and len(event_id) <= 256 else None
+        return Invalid(event_id=echo, code=Code.INVALID_EVENT, message=why, excerpt=_excerpt(raw))
     if event_id is not None and (not isinstance(event_id, str) or not 0 < len(event_id) <= 256):
         return Invalid(code=Code.INVALID_EVENT, message="event_id must be a string of 1-256 characters", param="event_id")
     type_ = msg.get("type")
@@ -90,7 +170,11 @@ def parse_frame(raw: str | bytes, new_id: IdFactory) -> Command:
     parser = _PARSERS.get(type_)
     if parser is None:
         return Invalid(
-            event_id=event_id, command_type=type_[:128], code=Code.UNKNOWN_TYPE, message=f"unknown event type {type_[:128]!r}", param="type"
+            event_id=event_id,
+            command_type=_printable(type_, 128),
+            code=Code.UNKNOWN_TYPE,
+            message=f"unknown event type {type_[:128]!r}",
+            param="type",
         )
     try:
         return parser(msg, event_id, new_id)
@@ -104,7 +188,7 @@ def parse_frame(raw: str | bytes, new_id: IdFactory) -> Command:
 def _check_keys(obj: dict, allowed: set[str] | frozenset[str], path: str) -> None:
     for key in obj:
         if key not in allowed:
-            where = f"{path}.{key}" if path else key
+            where = _printable(f"{path}.{key}" if path else key, 120)
             raise _Bad(Code.INVALID_EVENT, f"unknown parameter {where!r}", where)
 
 
@@ -127,6 +211,8 @@ def _int(obj: dict, key: str, path: str, *, required: bool = False) -> Optional[
     v = obj[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
         raise _Bad(Code.INVALID_EVENT, f"{path + key} must be an integer", path + key)
+    if not -MAX_INT <= v <= MAX_INT:
+        raise _Bad(Code.INVALID_EVENT, f"{path + key} is out of range (|value| <= {MAX_INT})", path + key)
     return int(v)
 
 
@@ -178,7 +264,8 @@ def _session_update(msg: dict, event_id: Optional[str], new_id: IdFactory) -> Co
     s = _obj(msg, "session", "")
     if s is None:
         raise _Bad(Code.INVALID_EVENT, "missing required parameter 'session'", "session")
-    _check_keys(s, {"type", "model", "instructions", "output_modalities", "audio", "voice", "object", "id"} | _IGNORED_SESSION_FIELDS, "session")
+    _check_keys(s, {"type", "model", "instructions", "output_modalities", "audio"} | _IGNORED_SESSION_FIELDS, "session")
+    _check_ignored(s, _IGNORED_SESSION_FIELDS, "session")
     stype = s.get("type", "realtime")
     if stype != "realtime":
         raise _Bad(Code.INVALID_EVENT, f"session.type {stype!r} is not supported; use 'realtime'", "session.type")
@@ -195,6 +282,7 @@ def _session_update(msg: dict, event_id: Optional[str], new_id: IdFactory) -> Co
         inp = _obj(audio, "input", "session.audio.")
         if inp is not None:
             _check_keys(inp, {"format", "turn_detection", "transcription", "noise_reduction"}, "session.audio.input")
+            _check_ignored(inp, {"transcription", "noise_reduction"}, "session.audio.input")
             fmt = _obj(inp, "format", "session.audio.input.")
             if fmt is not None:
                 fields["input_format"] = _format(fmt, "session.audio.input.format")
@@ -203,6 +291,7 @@ def _session_update(msg: dict, event_id: Optional[str], new_id: IdFactory) -> Co
         out = _obj(audio, "output", "session.audio.")
         if out is not None:
             _check_keys(out, {"format", "voice", "speed"}, "session.audio.output")
+            _check_ignored(out, {"speed"}, "session.audio.output")
             fmt = _obj(out, "format", "session.audio.output.")
             if fmt is not None:
                 fields["output_format"] = _format(fmt, "session.audio.output.format")
@@ -244,6 +333,7 @@ def _response_create(msg: dict, event_id: Optional[str], new_id: IdFactory) -> C
     _check_keys(msg, {"type", "event_id", "response"}, "")
     r = _obj(msg, "response", "") or {}
     _check_keys(r, {"output_modalities", "instructions", "audio", "conversation", "input"} | _IGNORED_RESPONSE_FIELDS, "response")
+    _check_ignored(r, _IGNORED_RESPONSE_FIELDS, "response")
     if "input" in r:
         raise _Bad(Code.UNSUPPORTED_RESPONSE_OPTION, "response.input is not supported yet; the default conversation is used", "response.input")
     opts: dict[str, Any] = {}

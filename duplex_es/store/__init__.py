@@ -3,7 +3,7 @@
 This layer knows events, never the domain (DESIGN §2).
 """
 
-from duplex_es.store.database import Database, default_url, resolve_url
+from duplex_es.store.database import Database, DatabaseNotFound, default_url, resolve_url
 from duplex_es.store.log import (
     ANY_SEQ,
     AppendResult,
@@ -23,6 +23,7 @@ __all__ = [
     "ClaimLost",
     "CommitResult",
     "Database",
+    "DatabaseNotFound",
     "EventLog",
     "RawRecord",
     "Recorded",

@@ -23,13 +23,17 @@ from typing import Iterator
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-__all__ = ["Database", "default_url", "resolve_url", "DEFAULT_SQLITE_FILE", "APPEND_LOCK_KEY"]
+__all__ = ["Database", "DatabaseNotFound", "default_url", "resolve_url", "DEFAULT_SQLITE_FILE", "APPEND_LOCK_KEY"]
 
 #: File name of the embedded default database, created in the working directory.
 DEFAULT_SQLITE_FILE = "duplex_es.db"
 
 #: The PostgreSQL advisory lock key that serializes appends (the ASCII of "dxes" as an int).
 APPEND_LOCK_KEY = 0x64786573
+
+
+class DatabaseNotFound(FileNotFoundError):
+    """A SQLite database file (or its folder) that should exist does not."""
 
 
 def default_url() -> str:
@@ -62,20 +66,28 @@ class Database:
         synchronous: SQLite's ``PRAGMA synchronous`` (``FULL`` by default: an acknowledged
             append survives power loss).
         busy_timeout_ms: how long a SQLite writer waits for another process's write lock.
+        create: a missing SQLite file may be created (its folder must exist); ``False`` for
+            commands that only read.
 
     Raises:
-        ValueError: for a backend other than SQLite or PostgreSQL.
+        ValueError: for a backend other than SQLite or PostgreSQL, or a malformed URL.
+        DatabaseNotFound: the SQLite file (with ``create=False``) or its folder is missing.
     """
 
-    def __init__(self, url: str | None = None, *, synchronous: str = "FULL", busy_timeout_ms: int = 30_000):
+    def __init__(
+        self, url: str | None = None, *, synchronous: str = "FULL", busy_timeout_ms: int = 30_000, create: bool = True
+    ):
         self.url = resolve_url(url)
-        backend = sa.engine.make_url(self.url).get_backend_name()
+        try:
+            backend = sa.engine.make_url(self.url).get_backend_name()
+        except sa.exc.ArgumentError as exc:
+            raise ValueError(f"not a database URL: {url!r}") from exc
         if backend not in ("sqlite", "postgresql"):
             raise ValueError(f"unsupported database backend {backend!r}: use sqlite or postgresql")
         self.backend = backend
         self._write_lock = threading.Lock()
         if backend == "sqlite":
-            self._prepare_sqlite_path()
+            self._check_sqlite_path(create)
             self.engine: Engine = sa.create_engine(
                 self.url,
                 isolation_level="AUTOCOMMIT",
@@ -94,10 +106,15 @@ class Database:
         else:
             self.engine = sa.create_engine(self.url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
 
-    def _prepare_sqlite_path(self) -> None:
-        path = sa.engine.make_url(self.url).database
-        if path and path != ":memory:":
-            Path(path).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+    def _check_sqlite_path(self, create: bool) -> None:
+        name = sa.engine.make_url(self.url).database
+        if not name or name == ":memory:":
+            return
+        path = Path(name).expanduser()
+        if not create and not path.exists():
+            raise DatabaseNotFound(f"no database at {path} (pass --db, or set DUPLEX_ES_DATABASE_URL)")
+        if not path.parent.exists():
+            raise DatabaseNotFound(f"folder {path.parent} does not exist (for the database {path})")
 
     @property
     def is_sqlite(self) -> bool:

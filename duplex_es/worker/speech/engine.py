@@ -16,6 +16,7 @@ import attrs
 
 from duplex_es.events import InputTranscript, Mark, SpeechInputs
 from duplex_es.worker.engine import EngineError, EngineOutput, TickContext
+from duplex_es.worker.speech.tts import ESPEAK_VOICES
 
 __all__ = ["CascadeSpeechEngine", "SpeechPlan", "reply_text"]
 
@@ -24,13 +25,22 @@ log = logging.getLogger(__name__)
 #: Words per tick when the response is text only.
 TEXT_WORDS_PER_CHUNK = 4
 
+#: The longest reply the echo agent speaks, in characters (about a minute of speech): a reply
+#: is one tick's plan, held in memory, so its size must not depend on what a client sends.
+MAX_REPLY_CHARS = 1000
+
 
 def reply_text(transcript: str, typed: str) -> str:
-    """The echo agent's reply to what it heard (``transcript``) and what was typed."""
+    """The echo agent's reply to what it heard (``transcript``) and what was typed, at most
+    :data:`MAX_REPLY_CHARS` characters (cut at a word, ending with "...")."""
     heard = " ".join(x for x in (typed.strip(), transcript.strip()) if x)
     if not heard:
         return "I did not catch that. Could you say it again?"
-    return f"You said: {heard}."
+    reply = f"You said: {heard}."
+    if len(reply) > MAX_REPLY_CHARS:
+        cut = reply[: MAX_REPLY_CHARS - 3].rsplit(" ", 1)[0]
+        reply = cut + "..."
+    return reply
 
 
 @attrs.frozen
@@ -96,7 +106,9 @@ class CascadeSpeechEngine:
         text = reply_text(transcript, inputs.user_text)
         rate = inputs.output_format.rate
         if "audio" in inputs.output_modalities:
-            speech = self._tts.synthesize(text, rate)
+            if inputs.voice not in ESPEAK_VOICES:
+                raise EngineError("unsupported_voice", f"the reference engine has no voice {inputs.voice!r}")
+            speech = self._tts.synthesize(text, rate, inputs.voice)
             plan = SpeechPlan(transcript, text, speech.pcm, rate, tuple((m.char_offset, m.audio_ms) for m in speech.marks))
         else:
             plan = SpeechPlan(transcript, text, b"", rate, ())

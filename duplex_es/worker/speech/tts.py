@@ -14,7 +14,21 @@ import numpy as np
 
 from duplex_es.worker.speech.resample import resample_pcm16
 
-__all__ = ["Synthesizer", "Synthesis", "WordMark"]
+__all__ = ["Synthesizer", "Synthesis", "WordMark", "ESPEAK_VOICES"]
+
+#: The Realtime voice names mapped to espeak-ng voices (American English with a variant).
+ESPEAK_VOICES = {
+    "alloy": "en-us",
+    "ash": "en-us+m3",
+    "ballad": "en-us+m7",
+    "coral": "en-us+f2",
+    "echo": "en-us+m1",
+    "sage": "en-us+f3",
+    "shimmer": "en-us+f4",
+    "verse": "en-us+m5",
+    "marin": "en-us+f1",
+    "cedar": "en-us+m2",
+}
 
 # espeak-ng's C API (speak_lib.h).
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
@@ -78,16 +92,15 @@ class Synthesizer:
 
     _lock = threading.Lock()
 
-    def __init__(self, voice: str = "en-us") -> None:
+    def __init__(self) -> None:
         import espeakng_loader
 
         self._path = espeakng_loader.get_library_path()
         self._data = str(espeakng_loader.get_data_path()).encode()
-        self._voice = voice
-        self.native_rate = self._run(lambda lib, rate: rate)
+        self.native_rate = self._run("en-us", lambda lib, rate: rate)
 
-    def _run(self, body):  # noqa: ANN001, ANN202
-        """Load the library, initialize it, call ``body(lib, rate)``, unload it."""
+    def _run(self, voice: str, body):  # noqa: ANN001, ANN202
+        """Load the library, initialize it with ``voice``, call ``body(lib, rate)``, unload it."""
         import _ctypes
 
         lib = ctypes.CDLL(self._path)
@@ -95,8 +108,8 @@ class Synthesizer:
             rate = lib.espeak_Initialize(_AUDIO_OUTPUT_SYNCHRONOUS, 0, self._data, 0)
             if rate <= 0:
                 raise RuntimeError(f"espeak-ng failed to initialize (returned {rate})")
-            if lib.espeak_SetVoiceByName(self._voice.encode()) != 0:
-                raise RuntimeError(f"espeak-ng has no voice {self._voice!r}")
+            if lib.espeak_SetVoiceByName(voice.encode()) != 0:
+                raise RuntimeError(f"espeak-ng has no voice {voice!r}")
             result = body(lib, rate)
             lib.espeak_Terminate()
             return result
@@ -105,8 +118,12 @@ class Synthesizer:
             del lib
             _ctypes.dlclose(handle)
 
-    def synthesize(self, text: str, rate: int) -> Synthesis:
-        """Speak ``text`` and return PCM16 at ``rate`` Hz with word marks.
+    def synthesize(self, text: str, rate: int, voice: str = "alloy") -> Synthesis:
+        """Speak ``text`` in ``voice`` (a Realtime voice name, see :data:`ESPEAK_VOICES`) and
+        return PCM16 at ``rate`` Hz with word marks.
+
+        Raises:
+            KeyError: for a voice name with no espeak-ng mapping.
 
         Marks come from espeak-ng's word events: the character offset of each word in ``text``
         (0-based) and the sample where it starts, converted to ms.
@@ -137,7 +154,7 @@ class Synthesizer:
             return native_rate
 
         with self._lock:
-            native_rate = self._run(speak)
+            native_rate = self._run(ESPEAK_VOICES[voice], speak)
         native = np.concatenate(chunks).astype("<i2").tobytes() if chunks else b""
         pcm = resample_pcm16(native, native_rate, rate)
         marks = tuple(WordMark(char_offset=max(0, pos), audio_ms=sample * 1000 // native_rate) for pos, sample in words)
