@@ -76,6 +76,12 @@ def create_app(db: Database, *, api_key: str | None = None, poll_ms: int = 5) ->
                 await ws.close(code=1000)
         except WebSocketDisconnect:
             pass
+        except Exception:
+            # The log could not be written (database down, ...): nothing unlogged may reach the
+            # client, so end the connection; what was committed is safe in the log.
+            log.exception("session %s: internal error; closing the connection", session_id)
+            with contextlib.suppress(Exception):
+                await ws.close(code=1011, reason="internal error; the session is safe in the log")
         finally:
             host.detach()
             if host.state.active_response is not None:

@@ -64,13 +64,6 @@ class SessionHost:
 
     # ----------------------------------------------------------------------------------- public
 
-    async def load(self) -> None:
-        """Rebuild the state from the log without sending anything."""
-        async with self._lock:
-            records = await asyncio.to_thread(self.log.read_session, self.session_id, after_seq=self.state.seq)
-            for r in records:
-                self.state = evolve(self.state, r.seq, r.event)
-
     async def handle(self, command: Command) -> None:
         """Decide, append and publish one command, then let the session advance."""
         async with self._lock:
@@ -118,8 +111,8 @@ class SessionHost:
                 key = None
                 continue
             if not isinstance(command, Pump):
-                rejected = any(isinstance(e, CommandRejected) for e in events)
-                COMMANDS.labels("rejected" if rejected or isinstance(command, Invalid) else "accepted").inc()
+                rejected = isinstance(events[0], CommandRejected)
+                COMMANDS.labels("rejected" if rejected else "accepted").inc()
                 if rejected:
                     log.info("session %s: rejected %s", self.session_id, events[0])
             await self._publish(result.records)
