@@ -31,6 +31,10 @@ serve: install
 worker: install
 	$(BIN)/duplex-es worker $(if $(DB),--db $(DB))
 
+## bench: measure the log and spoken turns on SQLite and PostgreSQL; writes bench/results.json and bench/RESULTS.md
+bench: install postgres
+	$(BIN)/duplex-es bench
+
 ## postgres: start the local PostgreSQL cluster if it is not running (the tests need it)
 postgres:
 	@scripts/ensure-postgres

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
 import wave
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional
@@ -29,6 +30,9 @@ class Turn:
     reply_transcript: str = ""
     reply_audio: bytes = b""
     response_status: str = ""
+    #: Seconds from sending ``response.create`` to the first audio delta (``first_audio_s``)
+    #: and to ``response.done`` (``done_s``), on the client's clock.
+    timings: dict[str, float] = attrs.Factory(dict)
 
     def of_type(self, type_: str) -> list[dict[str, Any]]:
         """The received server events of one type, in order."""
@@ -87,6 +91,7 @@ async def speak_and_listen(
 
     client = AsyncOpenAI(api_key="duplex-es-demo", websocket_base_url=base_url)
     turn = Turn()
+    created_at = 0.0
     async with client.realtime.connect(model=model) as conn:
 
         async def recv_until(kind: str) -> None:
@@ -106,8 +111,10 @@ async def speak_and_listen(
                     turn.reply_transcript += data["delta"]
                 elif t == "response.output_audio.delta":
                     turn.reply_audio += base64.b64decode(data["delta"])
+                    turn.timings.setdefault("first_audio_s", time.perf_counter() - created_at)
                 elif t == "response.done":
                     turn.response_status = data["response"]["status"]
+                    turn.timings["done_s"] = time.perf_counter() - created_at
                 if t == kind:
                     return
 
@@ -129,6 +136,8 @@ async def speak_and_listen(
             for i in range(0, len(pcm), step):
                 await conn.input_audio_buffer.append(audio=base64.b64encode(pcm[i : i + step]).decode("ascii"))
             await conn.input_audio_buffer.commit()
+            nonlocal created_at
+            created_at = time.perf_counter()
             await conn.response.create()
             await recv_until("response.done")
             if on_reply is not None:

@@ -166,6 +166,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(console, db_url=args.db, audio=args.audio, out_dir=args.out, port=args.port, chunk_ms=args.chunk_ms)
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from duplex_es.cli.bench import run_bench
+
+    pg = None if args.no_postgres else args.pg_url
+    return run_bench(console, pg_url=pg, out_dir=args.out, quick=args.quick)
+
+
 # -------------------------------------------------------------------------------------- parser
 
 
@@ -251,6 +258,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=_port, default=0, help="server port (default: a free one)")
     p.add_argument("--chunk-ms", type=_positive_int, default=500)
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("bench", parents=[common], help="measure the log and spoken turns on SQLite and PostgreSQL")
+    p.add_argument(
+        "--pg-url",
+        default=os.environ.get("DUPLEX_ES_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
+        help="PostgreSQL server to measure (a scratch schema is created and dropped)",
+    )
+    p.add_argument("--no-postgres", action="store_true", help="measure SQLite only")
+    p.add_argument("--out", default="bench", help="folder for results.json and RESULTS.md")
+    p.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
+    p.set_defaults(func=cmd_bench)
     return parser
 
 
