@@ -9,6 +9,17 @@ import attrs
 from duplex_es.domain import SessionState, classify_output, evolve
 from duplex_es.events import (
     AudioAppended,
+    HeartbeatReceived,
+    ItemCreated,
+    ItemDeleted,
+    ItemRetrieved,
+    OutputAudioCleared,
+    SessionDetached,
+    SessionExpired,
+    SessionResumed,
+    SpeechStarted,
+    SpeechStopped,
+    TurnSignaled,
     CommandRejected,
     EpochAdvanced,
     Event,
@@ -60,7 +71,8 @@ def verdict_of(before: SessionState, ev: Event) -> str:
     if isinstance(ev, (TickOutput, TickFailed)):
         v = classify_output(before, ev)
         return v.kind if v.accepted else f"{v.kind}: {v.reason}"
-    if isinstance(ev, (TickIssued, EpochAdvanced)) or (isinstance(ev, ResponseDone) and ev.client_event_id is None):
+    decided = (TickIssued, EpochAdvanced, SpeechStarted, SpeechStopped, SessionDetached, SessionExpired)
+    if isinstance(ev, decided) or (isinstance(ev, (ResponseDone, InputCommitted, ResponseCreated)) and ev.client_event_id is None):
         return "decided"
     return "accepted"
 
@@ -92,10 +104,12 @@ def summarize(ev: Event) -> str:
     if isinstance(ev, TickIssued):
         return f"request={ev.request_id} epoch={ev.epoch} chunk={ev.chunk_index} applied={list(ev.applied_event_ids)}"
     if isinstance(ev, TickOutput):
-        audio = len(ev.audio) * 3 // 4 // 2
+        nbytes = len(ev.audio) * 3 // 4
         return (
-            f"request={ev.request_id} chunk={ev.chunk_index} audio={_ms(audio)} text={ev.text_delta[:30]!r}"
+            f"request={ev.request_id} chunk={ev.chunk_index} audio={nbytes} bytes text={ev.text_delta[:30]!r}"
+            + (f" new_item={ev.new_item_id}" if ev.new_item_id else "")
             + (" final" if ev.final else "")
+            + (f" incomplete={ev.incomplete_reason}" if ev.incomplete_reason else "")
         )
     if isinstance(ev, TickFailed):
         return f"request={ev.request_id} chunk={ev.chunk_index} {ev.code}: {ev.message[:60]}"
@@ -111,6 +125,26 @@ def summarize(ev: Event) -> str:
         return f"item={ev.item_id} audio_end_ms={ev.audio_end_ms}{cid}"
     if isinstance(ev, SessionClosed):
         return f"reason={ev.reason}{cid}"
+    if isinstance(ev, SpeechStarted):
+        return f"item={ev.item_id} audio_start_ms={ev.audio_start_ms}"
+    if isinstance(ev, SpeechStopped):
+        return f"item={ev.item_id} audio_end_ms={ev.audio_end_ms}"
+    if isinstance(ev, ItemCreated):
+        return f"item={ev.item_id} role={ev.role} after={ev.previous_item_id} parts={[p.type for p in ev.content]}{cid}"
+    if isinstance(ev, (ItemDeleted, ItemRetrieved)):
+        return f"item={ev.item_id}{cid}"
+    if isinstance(ev, OutputAudioCleared):
+        return f"response={ev.response_id}{cid}"
+    if isinstance(ev, SessionDetached):
+        return f"at_ms={ev.at_ms} reason={ev.reason}"
+    if isinstance(ev, SessionResumed):
+        return f"lease_generation={ev.lease_generation} at_ms={ev.at_ms}{cid}"
+    if isinstance(ev, SessionExpired):
+        return f"reason={ev.reason} decided_at_ms={ev.decided_at_ms} since_ms={ev.since_ms}"
+    if isinstance(ev, TurnSignaled):
+        return f"signal={ev.signal}{cid}"
+    if isinstance(ev, HeartbeatReceived):
+        return cid.strip()
     return ""
 
 

@@ -15,7 +15,7 @@ import attrs
 
 from duplex_es.domain import (
     AppendAudio,
-    CommitInput,
+    Commit,
     CreateResponse,
     OpenSession,
     Pump,
@@ -65,7 +65,7 @@ class Harness:
         return self.apply(decide(self.state, command))
 
     def pump(self) -> list[Event]:
-        return self.run(Pump(request_id=nid("req")))
+        return self.run(Pump(request_ids=tuple(nid("req") for _ in range(4))))
 
     def live_tick(self) -> TickIssued:
         rid = self.state.active_response.tick_in_flight
@@ -75,6 +75,8 @@ class Harness:
         """The engine's output for the live tick: ``ms`` of audio and ``text``."""
         t = self.live_tick()
         base = self.state.items[self.state.active_response.item_id]
+        if override.get("new_item_id"):
+            base = attrs.evolve(base, full_text="", audio_samples=0)
         fields = dict(
             session_id=self.state.session_id,
             request_id=t.request_id,
@@ -93,7 +95,7 @@ class Harness:
     def spoken_turn(self, ms: int = 300) -> str:
         """Append ``ms`` of audio, commit, create a response; returns the response id."""
         self.run(append_cmd(ms))
-        self.run(CommitInput(item_id=nid("item")))
+        self.run(Commit(item_id=nid("item")))
         rid = nid("resp")
         evs = self.run(CreateResponse(response_id=rid, item_id=nid("item"), request_id=nid("req")))
         assert evs[0].TYPE == "response.created", evs

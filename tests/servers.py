@@ -13,13 +13,15 @@ from duplex_es.store import Database, upgrade
 
 
 @contextlib.contextmanager
-def running(db_url: str, tmp: Path, *, workers: int = 1, worker_args: Sequence[str] = ()) -> Iterator[tuple[int, Proc, list[Proc]]]:
+def running(
+    db_url: str, tmp: Path, *, workers: int = 1, worker_args: Sequence[str] = (), server_args: Sequence[str] = ()
+) -> Iterator[tuple[int, Proc, list[Proc]]]:
     """A migrated database with a server and ``workers`` workers; yields (port, server, workers)."""
     db = Database(db_url)
     upgrade(db)
     db.dispose()
     port = free_port()
-    server = start_server(db_url, port, tmp / "serve.log")
+    server = start_server(db_url, port, tmp / "serve.log", server_args)
     procs = [start_worker(db_url, tmp / f"worker{i}.log", worker_args) for i in range(workers)]
     try:
         wait_healthy(port, server)

@@ -16,7 +16,7 @@ from duplex_es.domain import (
     ClearInput,
     CloseSession,
     Code,
-    CommitInput,
+    Commit,
     CreateResponse,
     TruncateItem,
     UpdateSession,
@@ -24,7 +24,7 @@ from duplex_es.domain import (
     decide,
     history_transcript,
 )
-from duplex_es.events import AudioFormat, CommandRejected, EpochAdvanced, ResponseDone, TickIssued, TurnDetection
+from duplex_es.events import AudioFormat, CommandRejected, EpochAdvanced, Mark, ResponseDone, TickIssued
 
 from harness import Harness, append_cmd, nid
 
@@ -47,20 +47,20 @@ def test_commit_under_100ms_without_text_is_refused_and_keeps_the_buffer():
     h = Harness.open()
     h.run(append_cmd(60, event_id="a1"))
     before = h.state
-    rej = only_rejection(h.run(CommitInput(event_id="c1", item_id="item_x")), Code.COMMIT_EMPTY)
+    rej = only_rejection(h.run(Commit(event_id="c1", item_id="item_x")), Code.COMMIT_EMPTY)
     assert rej.client_event_id == "c1" and "60.00ms" in rej.message
     assert unchanged(before, h.state) and h.state.buffer.samples == 60 * 24
     h.run(append_cmd(40))
-    ev = h.run(CommitInput(item_id="item_y"))[0]
+    ev = h.run(Commit(item_id="item_y"))[0]
     assert ev.TYPE == "input_audio_buffer.committed" and ev.samples == 100 * 24 and len(ev.append_seqs) == 2
     assert h.state.buffer.empty and h.state.items["item_y"].input_samples == 2400
 
 
 def test_text_alone_can_be_committed():
     h = Harness.open()
-    only_rejection(h.run(CommitInput(item_id="i0")), Code.COMMIT_EMPTY)
+    only_rejection(h.run(Commit(item_id="i0")), Code.COMMIT_EMPTY)
     h.run(AppendText(text="hello"))
-    ev = h.run(CommitInput(item_id="i1"))[0]
+    ev = h.run(Commit(item_id="i1"))[0]
     assert ev.text == "hello" and ev.samples == 0
 
 
@@ -125,7 +125,7 @@ def test_the_first_tick_applies_every_accepted_model_feeding_event_once():
     h.run(UpdateSession(patch=SessionPatch(instructions="be brief")))  # model-relevant: seq 2
     h.run(UpdateSession(patch=SessionPatch(instructions="be brief")))  # no change: not model-relevant
     h.run(append_cmd(200))
-    h.run(CommitInput(item_id="u1"))  # seq 5
+    h.run(Commit(item_id="u1"))  # seq 5
     h.run(CreateResponse(response_id="r1", item_id="a1", request_id="q1"))
     tick = [ev for _, ev in h.log if isinstance(ev, TickIssued)][0]
     assert tick.applied_event_ids == (2, 5) and tick.chunk_index == 0
@@ -189,7 +189,7 @@ def test_an_output_that_does_not_echo_its_tick_fails_the_response():
 def test_close_discards_everything_still_waiting_for_the_model():
     h = Harness.open()
     h.run(append_cmd(200))
-    h.run(CommitInput(item_id="u1"))  # never answered
+    h.run(Commit(item_id="u1"))  # never answered
     events = h.run(CloseSession(event_id="bye"))
     assert events[0].discarded_event_ids == (3,) and events[-1].TYPE == "session.closed"
     only_rejection(h.run(append_cmd(20)), Code.SESSION_CLOSED)
@@ -206,20 +206,65 @@ def _finished_turn(h: Harness, words=("The ", "weather ", "is ", "sunny.")) -> s
     return rid
 
 
-def test_acks_are_monotonic_and_history_keeps_the_heard_words():
+def _hello_world(h: Harness) -> str:
+    """One response: "hello world", 2000 ms of audio, marks 6 chars @ 1000 ms, 11 @ 2000 ms."""
+    rid = h.spoken_turn()
+    h.output(ms=2000, text="hello world", final=True, marks=(Mark(text_chars=6, audio_ms=1000), Mark(text_chars=11, audio_ms=2000)))
+    h.pump()
+    return rid
+
+
+def test_history_follows_acks_by_interpolating_the_marks():
+    """Case 19 of issue 3 (vLLM-Omni's worked example)."""
     h = Harness.open()
-    rid = _finished_turn(h)
+    rid = _hello_world(h)
     item_id = h.state.responses[rid].item_id
-    assert h.state.items[item_id].transcript == "The weather is sunny."  # no acks: everything
+    assert h.state.items[item_id].transcript == "hello world"  # no acks: everything
     h.run(AckPlayback(response_id=rid, played_ms=1200))
-    assert h.state.items[item_id].transcript == "The weather"  # "is" (1000-1500 ms) was cut short
+    assert h.state.items[item_id].transcript == "hello w"  # 6 + 5 x 0.2 = 7 characters
     h.run(AckPlayback(response_id=rid, played_ms=1500))
-    assert h.state.items[item_id].transcript == "The weather is"
-    h.run(AckPlayback(response_id=rid, played_ms=700))
-    assert h.state.responses[rid].played_ms == 1500  # max, never back
-    assert h.state.items[item_id].transcript == "The weather is"
+    h.run(AckPlayback(response_id=rid, played_ms=1000))
+    assert (h.state.responses[rid].played_ms, h.state.responses[rid].committed_ms) == (1500, 1500)  # max, never back
+    assert h.state.items[item_id].transcript == "hello wo"
+    # A hard truncation to 1200 cuts the history back; later acks cannot grow it past 1200.
+    evs = h.run(AckPlayback(response_id=rid, played_ms=1500, committed_ms=1200, truncate=True))
+    assert [e.TYPE for e in evs] == ["playback.acked", "conversation.item.truncated"]
+    assert h.state.items[item_id].transcript == "hello w"
     h.run(AckPlayback(response_id=rid, played_ms=2000))
-    assert h.state.items[item_id].transcript == "The weather is sunny."
+    assert h.state.responses[rid].committed_ms == 1200 and h.state.items[item_id].transcript == "hello w"
+
+
+def test_an_ack_too_late_is_refused_unless_its_slot_was_reserved():
+    """Case 20: a response answered before a newer user commit and never acknowledged."""
+    h = Harness.open()
+    old = _hello_world(h)
+    h.run(append_cmd(200))
+    h.run(Commit(item_id="u2"))
+    before = h.state
+    rej = only_rejection(h.run(AckPlayback(event_id="late", response_id=old, played_ms=500)), Code.PLAYBACK_TOO_LATE)
+    assert rej.client_event_id == "late" and unchanged(before, h.state)
+    # Acknowledged before the newer commit: later acks update it in place.
+    h2 = Harness.open()
+    rid = _hello_world(h2)
+    h2.run(AckPlayback(response_id=rid, played_ms=500))
+    h2.run(append_cmd(200))
+    h2.run(Commit(item_id="u3"))
+    h2.run(AckPlayback(response_id=rid, played_ms=1200))
+    assert h2.state.items[h2.state.responses[rid].item_id].transcript == "hello w"
+
+
+def test_a_fully_played_response_releases_its_ledger():
+    h = Harness.open()
+    rid = _hello_world(h)
+    item_id = h.state.responses[rid].item_id
+    h.run(AckPlayback(response_id=rid, played_ms=1999))
+    assert rid in h.state.responses
+    h.run(AckPlayback(response_id=rid, played_ms=2000))
+    assert rid not in h.state.responses  # released: nothing left to play
+    assert h.state.items[item_id].transcript == "hello world"
+    only_rejection(h.run(AckPlayback(response_id=rid, played_ms=2000)), Code.PLAYBACK_TARGET_NOT_FOUND)
+    h.run(TruncateItem(item_id=item_id, audio_end_ms=1200))  # items outlive the ledger
+    assert h.state.items[item_id].transcript == "hello w"
 
 
 def test_an_ack_past_the_audio_sent_or_without_a_clear_target_is_refused():
@@ -228,6 +273,7 @@ def test_an_ack_past_the_audio_sent_or_without_a_clear_target_is_refused():
     rej = only_rejection(h.run(AckPlayback(response_id=rid, played_ms=2001)), Code.PLAYBACK_OUT_OF_RANGE)
     assert rej.param == "played_ms"
     only_rejection(h.run(AckPlayback(response_id="resp_nope", played_ms=1)), Code.PLAYBACK_TARGET_NOT_FOUND)
+    h.run(AckPlayback(response_id=rid, played_ms=100))  # reserves its history slot
     rid2 = _finished_turn(h)
     # Two responses with unplayed audio: the ack must say which.
     only_rejection(h.run(AckPlayback(played_ms=10)), Code.PLAYBACK_AMBIGUOUS)
@@ -258,13 +304,12 @@ def test_truncate_keeps_the_heard_prefix_caps_later_acks_and_is_idempotent():
     once = h.state
     h.run(TruncateItem(item_id=item_id, audio_end_ms=1000))
     assert attrs.evolve(once, seq=h.state.seq, unapplied=h.state.unapplied) == h.state
-    # The item's audio now ends at 1000 ms: a later ack cannot reach past it.
-    only_rejection(h.run(AckPlayback(response_id=rid, played_ms=2000)), Code.PLAYBACK_OUT_OF_RANGE)
-    h.run(AckPlayback(response_id=rid, played_ms=1000))
-    assert h.state.items[item_id].transcript == "The weather"
+    # A later ack of everything sent is accepted but capped at the truncation.
+    h.run(AckPlayback(response_id=rid, played_ms=2000))
+    assert h.state.responses[rid].committed_ms == 1000 and h.state.items[item_id].transcript == "The weather"
     # Truncation also works after later turns.
     _finished_turn(h)
-    h.run(TruncateItem(item_id=item_id, audio_end_ms=600))
+    h.run(TruncateItem(item_id=item_id, audio_end_ms=500))
     assert h.state.items[item_id].transcript == "The"
 
 
@@ -275,13 +320,13 @@ def test_a_cancelled_item_keeps_generated_audio_and_the_heard_transcript():
     h.pump()
     h.output(ms=500, text="weather ")
     h.pump()
-    h.run(AckPlayback(response_id=rid, played_ms=600))
+    h.run(AckPlayback(response_id=rid, played_ms=500))
     h.run(CancelResponse())
     item = h.state.items[h.state.responses[rid].item_id]
-    # All generated audio stays; the transcript is what was heard by 600 ms.
+    # All generated audio stays; the transcript is what was heard by 500 ms.
     assert item.status == "incomplete" and item.audio_ms == 1000 and item.full_text == "The weather "
     assert item.transcript == "The"
-    h.run(TruncateItem(item_id=item.id, audio_end_ms=300))  # truncate works on incomplete items
+    h.run(TruncateItem(item_id=item.id, audio_end_ms=0))  # truncate works on incomplete items
     assert h.state.items[item.id].transcript == ""
 
 
@@ -289,7 +334,7 @@ def test_history_without_marks_is_proportional_to_the_audio_heard():
     from duplex_es.domain import Item, Response
 
     item = Item(id="i", role="assistant", content_type="output_audio", full_text="abcdefghij" * 2, audio_samples=24 * 2000)
-    resp = Response(id="r", item_id="i", acked=True, committed_ms=500, generated_ms=2000)
+    resp = Response(id="r", item_ids=("i",), acked=True, committed_ms=500, generated_ms=2000)
     assert history_transcript(item, resp) == "abcde"
 
 
@@ -305,10 +350,26 @@ def test_session_update_is_validated_whole_and_applied_atomically():
     )
     assert rej.param == "session.audio.input.format"
     assert unchanged(before, h.state) and h.state.config.instructions == ""
-    only_rejection(h.run(UpdateSession(patch=SessionPatch(turn_detection=TurnDetection()))), Code.UNSUPPORTED_TURN_DETECTION)
+    only_rejection(h.run(UpdateSession(patch=SessionPatch(turn_detection={"type": "semantic_vad"}))), Code.UNSUPPORTED_TURN_DETECTION)
     only_rejection(h.run(UpdateSession(patch=SessionPatch(model="other"))), Code.MODEL_UPDATE_UNSUPPORTED)
     ev = h.run(UpdateSession(patch=SessionPatch(instructions="hi", voice="echo", output_modalities=("text",))))[0]
     assert ev.config.voice == "echo" and ev.config.output_modalities == ("text",) and ev.model_relevant
+
+
+def test_turn_detection_fills_defaults_and_merges_partial_updates():
+    """Cases 11 and 12 of issue 3."""
+    h = Harness.open()
+    td = h.run(UpdateSession(patch=SessionPatch(turn_detection={"type": "server_vad"})))[0].config.turn_detection
+    assert (td.threshold, td.prefix_padding_ms, td.silence_duration_ms, td.create_response, td.interrupt_response) == (
+        0.5, 300, 500, True, True
+    )
+    td = h.run(UpdateSession(patch=SessionPatch(turn_detection={"silence_duration_ms": 800})))[0].config.turn_detection
+    assert (td.threshold, td.silence_duration_ms) == (0.5, 800)
+    before = h.state
+    rej = only_rejection(h.run(UpdateSession(patch=SessionPatch(turn_detection={"threshold": 1.5}))), Code.UNSUPPORTED_TURN_DETECTION)
+    assert rej.param == "session.audio.input.turn_detection.threshold"
+    assert unchanged(before, h.state) and h.state.config.turn_detection.silence_duration_ms == 800
+    assert h.run(UpdateSession(patch=SessionPatch(turn_detection=None)))[0].config.turn_detection is None
 
 
 def test_voice_cannot_change_after_audio_was_produced():
@@ -338,7 +399,7 @@ def test_any_command_sequence_keeps_the_invariants(script):
         elif step == "text":
             evs = h.run(AppendText(text="hi"))
         elif step == "commit":
-            evs = h.run(CommitInput(item_id=nid("item")))
+            evs = h.run(Commit(item_id=nid("item")))
         elif step == "clear":
             evs = h.run(ClearInput())
         elif step == "create":

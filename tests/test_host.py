@@ -39,18 +39,20 @@ class CountingEngine:
 
 
 def test_live_state_is_the_fold_of_the_log_after_every_command(log: EventLog):
-    sent: list[str] = []
-
-    async def send(frame: str) -> None:
-        sent.append(frame)
-
+    sent: list[dict] = []
     worker = Worker(log, [CountingEngine()])
 
     async def scenario() -> SessionHost:
-        host = SessionHost(log, new_id("sess"), send=send)
+        host = SessionHost(log, new_id("sess"))
+        host.attach()
         from duplex_es.domain import OpenSession
 
-        await host.handle(OpenSession(session_id=host.session_id, model="m"))
+        async def listen() -> None:
+            async for wire in host.events():
+                sent.append(wire)
+
+        listener = asyncio.create_task(listen())
+        await host.submit(OpenSession(session_id=host.session_id, model="m"))
 
         async def check(*, caught_up: bool) -> None:
             records = await asyncio.to_thread(log.read_session, host.session_id)
@@ -84,15 +86,16 @@ def test_live_state_is_the_fold_of_the_log_after_every_command(log: EventLog):
                 # next decision (its expected seq is stale).
                 await asyncio.to_thread(worker.run_once)
             else:
-                await host.handle(parse_frame(json.dumps(f), new_id))
+                await host.submit(parse_frame(json.dumps(f), new_id))
             await check(caught_up=f != "RUN_WORKER")
             await host.catch_up()
             await check(caught_up=True)
+        await listener
         return host
 
     host = asyncio.run(scenario())
-    assert host.closed.is_set()
-    types = [json.loads(f)["type"] for f in sent]
+    assert host.ended.is_set()
+    types = [w["type"] for w in sent]
     assert types.count("response.done") == 2 and types.count("error") == 3
     assert types[-1] == "session.closed"
     report = audit_session(log, host.session_id)

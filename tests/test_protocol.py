@@ -70,7 +70,9 @@ def test_an_unparseable_frame_keeps_an_excerpt_for_debugging():
 
 def test_well_formed_frames_become_commands():
     audio = base64.b64encode(b"\x01\x02" * 10).decode()
-    assert parse({"type": "input_audio_buffer.append", "audio": audio, "event_id": "a"}) == AppendAudio(event_id="a", audio=audio, nbytes=20)
+    app = parse({"type": "input_audio_buffer.append", "audio": audio, "event_id": "a", "expected_epoch": 0})
+    assert isinstance(app, AppendAudio) and (app.event_id, app.audio, app.nbytes, app.expected_epoch) == ("a", audio, 20, 0)
+    assert len({app.vad_ids.item_id, app.vad_ids.response_id, app.vad_ids.response_item_id, app.vad_ids.request_id}) == 4
     assert parse({"type": "response.cancel"}) == CancelResponse()
     assert parse({"type": "playback.ack", "played_ms": 300, "response_id": "r"}) == AckPlayback(response_id="r", played_ms=300)
     assert parse({"type": "conversation.item.truncate", "item_id": "i", "content_index": 0, "audio_end_ms": 40}) == TruncateItem(

@@ -19,7 +19,12 @@ from servers import running, session_state
 
 @pytest.fixture
 def server(tmp_path: Path, sqlite_url: str):
-    with running(sqlite_url, tmp_path, workers=0) as (port, proc, _):
+    # A short disconnect grace, so a dropped connection's session expires within the test.
+    with running(sqlite_url, tmp_path, workers=0, server_args=["--disconnect-grace-ms", "600", "--reaper-interval-ms", "100"]) as (
+        port,
+        proc,
+        _,
+    ):
         yield port, sqlite_url
 
 
@@ -157,7 +162,8 @@ def test_a_repeated_event_id_is_applied_once_and_answered_with_a_specific_error(
     assert c.recv("input_audio_buffer.committed")["item_id"]
 
 
-def test_a_dropped_connection_cancels_its_response_and_the_session_stays_in_the_log(server):
+def test_a_dropped_connection_cancels_its_response_and_expires_after_the_grace(server):
+    """Case 21 of issue 3: a disconnect during a response, no resume within the grace."""
     port, url = server
     c = Client(port)
     c.send({"type": "input_audio_buffer.append", "audio": pcm_b64(300)})
@@ -169,13 +175,21 @@ def test_a_dropped_connection_cancels_its_response_and_the_session_stays_in_the_
     import time
 
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and log.read_session(c.session_id)[-1].event.TYPE != "response.done":
+    while time.monotonic() < deadline and log.read_session(c.session_id)[-1].event.TYPE != "session.detached":
         time.sleep(0.05)
-    last = [r.event for r in log.read_session(c.session_id)][-2:]
+    last = [r.event for r in log.read_session(c.session_id)][-3:]
     assert last[0].TYPE == "epoch.advanced" and last[0].reason == "client_disconnected"
     assert last[1].TYPE == "response.done" and last[1].status == "cancelled"
+    assert last[2].TYPE == "session.detached"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and log.read_session(c.session_id)[-1].event.TYPE != "session.expired":
+        time.sleep(0.05)
+    expired = log.read_session(c.session_id)[-1].event
+    assert expired.TYPE == "session.expired" and expired.reason == "disconnect_grace_expired"
+    assert expired.decided_at_ms - expired.since_ms >= 600 and expired.since_ms == last[2].at_ms
     state = session_state(port, c.session_id)
-    assert state["live"] is False and state["state"]["status"] == "open"
+    assert state["live"] is False and state["state"]["status"] == "expired"
     from duplex_es.audit import audit_session
 
-    assert audit_session(log, c.session_id).ok
+    report = audit_session(log, c.session_id)
+    assert report.ok, report.violations

@@ -85,8 +85,8 @@ def test_sigkilled_worker_mid_tick_loses_nothing_and_duplicates_nothing(sqlite_u
     first_tick = next(r.event for r in records if isinstance(r.event, TickIssued))
     engine = CascadeSpeechEngine()
     reader = Worker(log, [engine])
-    plan = engine._plan(TickContext(session_id=turn.session_id, tick=first_tick, read_audio=lambda s: reader.read_audio(turn.session_id, s)))
-    assert plan.pcm == turn.reply_audio
+    plan = engine.plan(TickContext(session_id=turn.session_id, tick=first_tick, read_audio=lambda s: reader.read_audio(turn.session_id, s)))
+    assert b"".join(item.audio for item in plan.items) == turn.reply_audio
 
     report = audit_session(log, turn.session_id)
     assert report.ok, report.violations

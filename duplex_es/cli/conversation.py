@@ -46,7 +46,7 @@ def read_wav_pcm16(path: Path, rate: int = 24000) -> bytes:
         ValueError: the file is not a WAV file of mono 16-bit PCM.
         OSError: the file cannot be read.
     """
-    from duplex_es.worker.speech.resample import resample_pcm16
+    from duplex_es.audio.resample import resample_pcm16
 
     try:
         with wave.open(str(path), "rb") as w:

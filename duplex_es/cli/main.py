@@ -78,7 +78,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from duplex_es.server.app import create_app
 
     db = _open_db(args)
-    app = create_app(db, api_key=args.api_key, poll_ms=args.poll_ms)
+    app = create_app(
+        db,
+        api_key=args.api_key,
+        poll_ms=args.poll_ms,
+        idle_ttl_ms=args.idle_ttl_ms,
+        disconnect_grace_ms=args.disconnect_grace_ms,
+        reaper_interval_ms=args.reaper_interval_ms,
+    )
     uvicorn.run(
         app,
         host=args.host,
@@ -227,6 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=_port, default=8000)
     p.add_argument("--api-key", default=os.environ.get("DUPLEX_ES_API_KEY"), help="require this bearer token ($DUPLEX_ES_API_KEY)")
     p.add_argument("--poll-ms", type=_positive_int, default=5, help="log polling interval while idle (ms)")
+    p.add_argument("--idle-ttl-ms", type=_positive_int, default=300_000, help="expire sessions idle this long (ms, default 300 s)")
+    p.add_argument(
+        "--disconnect-grace-ms", type=_positive_int, default=30_000, help="expire detached sessions not resumed within this (ms, default 30 s)"
+    )
+    p.add_argument("--reaper-interval-ms", type=_positive_int, default=1000, help="how often leases are checked (ms)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("worker", parents=[common], help="run a worker: claim ticks, run the engine, append outputs")

@@ -36,8 +36,7 @@ def state_lines(state: SessionState) -> list[str]:
     lines.append(f"input buffer: {len(state.buffer.append_seqs)} appends, {state.buffer.samples} samples; audio clock {state.input_clock} samples")
     for item_id in state.item_order:
         it = state.items[item_id]
-        audio = it.input_samples * 1000 // it.audio_rate if it.role == "user" else it.audio_ms
-        lines.append(f"  {it.role:9} {it.id} [{it.status}] {audio} ms: {it.transcript or it.input_text!r}")
+        lines.append(f"  {it.role:9} {it.id} [{it.status}] {it.audio_ms} ms: {it.transcript or it.input_text!r}")
     for r in state.responses.values():
         lines.append(
             f"  response {r.id} [{r.status}{'/' + r.status_reason if r.status_reason else ''}] "

@@ -1,16 +1,29 @@
 """The session state machine: ``decide(state, command) -> events`` and
 ``evolve(state, seq, event) -> state``, both pure (DESIGN I2). Sans-I/O in the manner of h11:
 commands in, events out, explicit state, no sockets and no database here.
+
+One module per concern holds the rules of its commands and events: ``lifecycle`` (config,
+close, lease), ``input`` (appends, commits, server VAD), ``items``, ``responses`` (ticks,
+epochs, cancels) and ``playback`` (ledger and heard history).
 """
 
 from duplex_es.domain.commands import *  # noqa: F401,F403
 from duplex_es.domain.commands import __all__ as _commands_all
-from duplex_es.domain.decide import COMMAND_TYPES, decide
-from duplex_es.domain.limits import MAX_BUFFER_MS, MAX_INPUT_TEXT_CHARS, MAX_INSTRUCTIONS_CHARS, MIN_COMMIT_MS, VOICES
+from duplex_es.domain.decide import decide
 from duplex_es.domain.errors import Code
-from duplex_es.domain.evolve import evolve, fold, history_transcript
-from duplex_es.domain.state import InputBuffer, Item, Response, SessionState, Tick
-from duplex_es.domain.verdicts import Verdict, classify_output
+from duplex_es.domain.evolve import evolve, fold
+from duplex_es.domain.limits import (
+    MAX_BUFFER_MS,
+    MAX_INPUT_TEXT_CHARS,
+    MAX_INSTRUCTIONS_CHARS,
+    MAX_OUT_OF_BAND_RESPONSES,
+    MIN_COMMIT_MS,
+    VOICES,
+)
+from duplex_es.domain.playback import history_transcript
+from duplex_es.domain.responses import Verdict, classify_output
+from duplex_es.domain.rules import COMMAND_TYPES
+from duplex_es.domain.state import InputBuffer, Item, Lease, Response, SessionState, Tick
 
 __all__ = [
     *_commands_all,
@@ -18,11 +31,13 @@ __all__ = [
     "MAX_BUFFER_MS",
     "MAX_INPUT_TEXT_CHARS",
     "MAX_INSTRUCTIONS_CHARS",
+    "MAX_OUT_OF_BAND_RESPONSES",
     "MIN_COMMIT_MS",
     "VOICES",
     "Code",
     "InputBuffer",
     "Item",
+    "Lease",
     "Response",
     "SessionState",
     "Tick",

@@ -6,27 +6,15 @@ declared format, never wall time.
 
 from __future__ import annotations
 
+from duplex_es.audio.pcm import bytes_per_sample
 from duplex_es.events import AudioFormat
 
-__all__ = ["SUPPORTED_FORMATS", "bytes_per_sample", "samples_of", "ms_of", "samples_at_ms", "is_supported"]
-
-#: (type, rate) pairs a session may declare. GA Realtime pins ``audio/pcm`` to 24000 Hz.
-SUPPORTED_FORMATS: frozenset[tuple[str, int]] = frozenset({("audio/pcm", 24000)})
-
-
-def is_supported(fmt: AudioFormat) -> bool:
-    """True if duplex_es can take or produce audio in ``fmt``."""
-    return (fmt.type, fmt.rate) in SUPPORTED_FORMATS
-
-
-def bytes_per_sample(fmt: AudioFormat) -> int:
-    """2 for ``audio/pcm`` (PCM16), 1 for G.711 (``audio/pcmu``, ``audio/pcma``)."""
-    return 2 if fmt.type == "audio/pcm" else 1
+__all__ = ["samples_of", "ms_of", "samples_at_ms"]
 
 
 def samples_of(nbytes: int, fmt: AudioFormat) -> int:
-    """Number of samples in ``nbytes`` bytes of ``fmt`` (mono)."""
-    return nbytes // bytes_per_sample(fmt)
+    """Number of samples in ``nbytes`` bytes of ``fmt`` (mono): 2 bytes each for PCM16, 1 for G.711."""
+    return nbytes // bytes_per_sample(fmt.type)
 
 
 def ms_of(samples: int, rate: int) -> int:

@@ -1,8 +1,10 @@
 """Commands: what a client (or the session host) asks of a session.
 
 One frozen class per command. Every id a command creates (item, response, request) arrives in
-the command, chosen by the caller, so :func:`~duplex_es.domain.decide.decide` stays pure
-(DESIGN I2). ``event_id`` is the client's optional correlation id, echoed in errors.
+the command, chosen by the caller, and so does every time (DESIGN I2, I11), so
+:func:`~duplex_es.domain.decide.decide` stays pure. Client commands carry the client's optional
+``event_id`` (echoed in errors) and an optional ``expected_epoch``: a command fenced to an epoch
+the session has left is refused with ``stale_fence``.
 """
 
 from __future__ import annotations
@@ -11,47 +13,70 @@ from typing import Optional, Union
 
 import attrs
 
-from duplex_es.events import AudioFormat
+from duplex_es.events import AudioFormat, ContentPart
 
 __all__ = [
     "UNSET",
+    "ROOT",
+    "ClientCommand",
     "OpenSession",
     "SessionPatch",
     "UpdateSession",
     "AppendAudio",
+    "VadIds",
     "AppendText",
-    "CommitInput",
+    "Commit",
     "ClearInput",
+    "CancelInput",
     "ResponseOptions",
     "CreateResponse",
     "CancelResponse",
+    "BargeIn",
+    "ClearOutputAudio",
+    "CreateItem",
+    "RetrieveItem",
+    "DeleteItem",
     "AckPlayback",
     "TruncateItem",
+    "TurnSignal",
+    "Heartbeat",
     "CloseSession",
+    "Detach",
+    "Resume",
+    "Expire",
     "Pump",
     "Invalid",
     "Command",
 ]
 
 
-class _Unset:
-    """Marks a patch field the client did not send (distinct from an explicit ``null``)."""
-
-    _instance: Optional["_Unset"] = None
-
-    def __new__(cls) -> "_Unset":
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
+class _Sentinel:
+    def __init__(self, name: str) -> None:
+        self._name = name
 
     def __repr__(self) -> str:
-        return "UNSET"
+        return self._name
 
     def __bool__(self) -> bool:
         return False
 
 
-UNSET = _Unset()
+#: A patch field the client did not send (distinct from an explicit ``null``).
+UNSET = _Sentinel("UNSET")
+
+#: ``previous_item_id`` of an item inserted at the start of the conversation.
+ROOT = "root"
+
+
+@attrs.frozen(kw_only=True)
+class ClientCommand:
+    """Fields every client command has."""
+
+    event_id: Optional[str] = None
+    expected_epoch: Optional[int] = None
+
+
+# ------------------------------------------------------------------------------------ session
 
 
 @attrs.frozen(kw_only=True)
@@ -64,7 +89,11 @@ class OpenSession:
 
 @attrs.frozen(kw_only=True)
 class SessionPatch:
-    """The fields of a GA ``session.update``; :data:`UNSET` fields keep their value."""
+    """The fields of a ``session.update``; :data:`UNSET` fields keep their value.
+
+    ``turn_detection`` is :data:`UNSET`, ``None`` (off) or a dict of the fields the client sent,
+    merged field-wise into the current settings (OpenAI's defaults fill the rest).
+    """
 
     model: object = UNSET
     instructions: object = UNSET
@@ -72,48 +101,111 @@ class SessionPatch:
     output_modalities: object = UNSET
     input_format: object = UNSET  # AudioFormat
     output_format: object = UNSET  # AudioFormat
-    turn_detection: object = UNSET  # TurnDetection | None
+    turn_detection: object = UNSET  # None | dict
+    transcript_on_truncate: object = UNSET
 
 
 @attrs.frozen(kw_only=True)
-class UpdateSession:
-    """``session.update``."""
+class UpdateSession(ClientCommand):
+    """``session.update``: validated whole, applied atomically."""
 
-    event_id: Optional[str] = None
     patch: SessionPatch
 
 
 @attrs.frozen(kw_only=True)
-class AppendAudio:
-    """``input_audio_buffer.append``: ``audio`` is the base64 text as received, already checked
-    to be strict base64 of ``nbytes`` bytes."""
+class TurnSignal(ClientCommand):
+    """``turn.signal`` with an informational ``signal`` (``user_started``, ...)."""
 
-    event_id: Optional[str] = None
-    audio: str
-    nbytes: int
+    signal: str
 
 
 @attrs.frozen(kw_only=True)
-class AppendText:
+class Heartbeat(ClientCommand):
+    """``session.heartbeat``: the client is alive."""
+
+
+@attrs.frozen(kw_only=True)
+class CloseSession(ClientCommand):
+    """``session.close`` (duplex extension)."""
+
+    reason: str = "client_close"
+
+
+@attrs.frozen(kw_only=True)
+class Detach:
+    """The connection ended without ``session.close`` at ``at_ms`` (Unix ms, the host's clock)."""
+
+    at_ms: int
+    reason: str = "connection_closed"
+
+
+@attrs.frozen(kw_only=True)
+class Resume(ClientCommand):
+    """Take the session over: succeeds only if the lease is still at ``expected_generation``."""
+
+    expected_generation: int
+    at_ms: int
+
+
+@attrs.frozen(kw_only=True)
+class Expire:
+    """The reaper's verdict that the lease ran out (``idle_ttl_expired`` or
+    ``disconnect_grace_expired``), decided at ``now_ms`` from ``since_ms``."""
+
+    reason: str
+    now_ms: int
+    since_ms: int
+
+
+# -------------------------------------------------------------------------------------- input
+
+
+@attrs.frozen(kw_only=True)
+class VadIds:
+    """Ids server VAD may need for what an append triggers: the user item its speech becomes,
+    and the response (with its first item and tick) a stop with ``create_response`` starts."""
+
+    item_id: str
+    response_id: str
+    response_item_id: str
+    request_id: str
+
+
+@attrs.frozen(kw_only=True)
+class AppendAudio(ClientCommand):
+    """``input_audio_buffer.append``: ``audio`` is the base64 text as received, already checked
+    to be strict base64 of ``nbytes`` bytes."""
+
+    audio: str
+    nbytes: int
+    vad_ids: Optional[VadIds] = None
+
+
+@attrs.frozen(kw_only=True)
+class AppendText(ClientCommand):
     """``input.text.append`` (duplex extension): text added to the pending user input."""
 
-    event_id: Optional[str] = None
     text: str
 
 
 @attrs.frozen(kw_only=True)
-class CommitInput:
+class Commit(ClientCommand):
     """``input_audio_buffer.commit``: the buffer becomes user item ``item_id``."""
 
-    event_id: Optional[str] = None
     item_id: str
 
 
 @attrs.frozen(kw_only=True)
-class ClearInput:
+class ClearInput(ClientCommand):
     """``input_audio_buffer.clear``."""
 
-    event_id: Optional[str] = None
+
+@attrs.frozen(kw_only=True)
+class CancelInput(ClientCommand):
+    """``input.cancel`` (duplex extension): drop the pending user input, speech in progress included."""
+
+
+# ---------------------------------------------------------------------------------- responses
 
 
 @attrs.frozen(kw_only=True)
@@ -128,10 +220,9 @@ class ResponseOptions:
 
 
 @attrs.frozen(kw_only=True)
-class CreateResponse:
-    """``response.create``: ids for the response, its assistant item and its first tick."""
+class CreateResponse(ClientCommand):
+    """``response.create``: ids for the response, its first assistant item and its first tick."""
 
-    event_id: Optional[str] = None
     response_id: str
     item_id: str
     request_id: str
@@ -139,58 +230,94 @@ class CreateResponse:
 
 
 @attrs.frozen(kw_only=True)
-class CancelResponse:
+class CancelResponse(ClientCommand):
     """``response.cancel``, optionally naming the response. The server also cancels with
     ``cause="client_disconnected"`` when the connection drops mid-response."""
 
-    event_id: Optional[str] = None
     response_id: Optional[str] = None
     cause: str = "client_cancelled"
 
 
 @attrs.frozen(kw_only=True)
-class AckPlayback:
-    """``playback.ack`` (duplex extension): ms of a response's audio played / committed."""
-
-    event_id: Optional[str] = None
-    response_id: Optional[str] = None
-    item_id: Optional[str] = None
-    played_ms: int
-    committed_ms: Optional[int] = None
+class BargeIn(ClientCommand):
+    """``barge_in`` (duplex extension): the user talks over the assistant; the active response
+    ends ``cancelled`` with reason ``turn_detected``."""
 
 
 @attrs.frozen(kw_only=True)
-class TruncateItem:
+class ClearOutputAudio(ClientCommand):
+    """``output_audio_buffer.clear``: the client dropped the audio it had not played; the active
+    response (if any) is cancelled."""
+
+    response_id: Optional[str] = None
+
+
+# -------------------------------------------------------------------------------------- items
+
+
+@attrs.frozen(kw_only=True)
+class CreateItem(ClientCommand):
+    """``conversation.item.create``: a ``message`` item with ``role`` and ``content``, placed
+    after ``previous_item_id`` (``None``: at the end; :data:`ROOT`: at the start)."""
+
+    item_id: str
+    role: str
+    content: tuple[ContentPart, ...]
+    previous_item_id: Optional[str] = None
+    audio_nbytes: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class RetrieveItem(ClientCommand):
+    """``conversation.item.retrieve``."""
+
+    item_id: str
+
+
+@attrs.frozen(kw_only=True)
+class DeleteItem(ClientCommand):
+    """``conversation.item.delete``."""
+
+    item_id: str
+
+
+@attrs.frozen(kw_only=True)
+class TruncateItem(ClientCommand):
     """``conversation.item.truncate``."""
 
-    event_id: Optional[str] = None
     item_id: str
     content_index: int = 0
     audio_end_ms: int
 
 
 @attrs.frozen(kw_only=True)
-class CloseSession:
-    """``session.close`` (duplex extension)."""
+class AckPlayback(ClientCommand):
+    """``playback.ack`` (duplex extension): ms of a response's audio played / committed; with
+    ``truncate`` the commit is a hard truncation."""
 
-    event_id: Optional[str] = None
-    reason: str = "client_close"
+    response_id: Optional[str] = None
+    item_id: Optional[str] = None
+    played_ms: int
+    committed_ms: Optional[int] = None
+    truncate: bool = False
+
+
+# ------------------------------------------------------------------------------------ internal
 
 
 @attrs.frozen(kw_only=True)
 class Pump:
-    """Sent by the session host after it folds engine outputs: issue the active response's next
-    tick (with ``request_id``) or end it. Decides nothing when there is nothing to do."""
+    """Sent by the session host after it folds engine outputs: issue each live response's next
+    tick (taking ``request_ids`` in order) or end it. Decides nothing when there is nothing to do."""
 
-    request_id: str
+    request_ids: tuple[str, ...]
 
 
 @attrs.frozen(kw_only=True)
-class Invalid:
+class Invalid(ClientCommand):
     """A client frame the protocol layer refused before it became a command; it is logged as
     rejected like any other refusal."""
 
-    event_id: Optional[str] = None
     command_type: Optional[str] = None
     code: str
     message: str
@@ -203,13 +330,24 @@ Command = Union[
     UpdateSession,
     AppendAudio,
     AppendText,
-    CommitInput,
+    Commit,
     ClearInput,
+    CancelInput,
     CreateResponse,
     CancelResponse,
+    BargeIn,
+    ClearOutputAudio,
+    CreateItem,
+    RetrieveItem,
+    DeleteItem,
     AckPlayback,
     TruncateItem,
+    TurnSignal,
+    Heartbeat,
     CloseSession,
+    Detach,
+    Resume,
+    Expire,
     Pump,
     Invalid,
 ]

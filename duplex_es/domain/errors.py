@@ -24,6 +24,10 @@ class Code:
 
     # Session.
     SESSION_CLOSED = "session_closed"
+    STALE_FENCE = "stale_fence"
+    RESUME_CONFLICT = "session_resume_conflict"
+    INVALID_TURN_SIGNAL = "invalid_turn_signal"
+    BUFFER_NOT_EMPTY = "input_audio_buffer_not_empty"
     SESSION_ALREADY_OPEN = "session_already_open"
     MODEL_UPDATE_UNSUPPORTED = "model_update_unsupported"
     VOICE_UPDATE_AFTER_AUDIO = "voice_update_after_audio_unsupported"
@@ -45,12 +49,20 @@ class Code:
     ACTIVE_RESPONSE = "conversation_already_has_active_response"  # OpenAI
     CANCEL_NOT_ACTIVE = "response_cancel_not_active"  # OpenAI
     UNSUPPORTED_RESPONSE_OPTION = "unsupported_response_option"
+    TOO_MANY_RESPONSES = "too_many_active_responses"
 
     # Playback and items.
     PLAYBACK_TARGET_NOT_FOUND = "playback_target_not_found"
     PLAYBACK_AMBIGUOUS = "playback_ack_ambiguous"
     PLAYBACK_ITEM_MISMATCH = "playback_item_mismatch"
     PLAYBACK_OUT_OF_RANGE = "playback_ack_out_of_range"
+    PLAYBACK_TOO_LATE = "playback_ack_too_late"
+    INVALID_ITEM = "invalid_item"
+    ITEM_EXISTS = "item_already_exists"
+    PREVIOUS_ITEM_NOT_FOUND = "previous_item_not_found"
+    RETRIEVE_INVALID_ITEM = "item_retrieve_invalid_item_id"  # OpenAI
+    DELETE_INVALID_ITEM = "item_delete_invalid_item_id"  # OpenAI
+    ITEM_IN_PROGRESS = "item_in_progress"
     TRUNCATE_INVALID_ITEM = "item_truncate_invalid_item_id"  # OpenAI
     TRUNCATE_UNSUPPORTED_CONTENT = "unsupported_content_type"  # as reported for OpenAI
     TRUNCATE_OUT_OF_RANGE = "audio_end_ms_out_of_range"

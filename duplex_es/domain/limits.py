@@ -6,7 +6,14 @@ error code (docs/protocol.md).
 
 from __future__ import annotations
 
-__all__ = ["MIN_COMMIT_MS", "MAX_BUFFER_MS", "MAX_INPUT_TEXT_CHARS", "MAX_INSTRUCTIONS_CHARS", "VOICES"]
+__all__ = [
+    "MIN_COMMIT_MS",
+    "MAX_BUFFER_MS",
+    "MAX_INPUT_TEXT_CHARS",
+    "MAX_INSTRUCTIONS_CHARS",
+    "MAX_OUT_OF_BAND_RESPONSES",
+    "VOICES",
+]
 
 #: The shortest audio ``input_audio_buffer.commit`` accepts without text (OpenAI's rule).
 MIN_COMMIT_MS = 100
@@ -23,3 +30,6 @@ MAX_INSTRUCTIONS_CHARS = 16_384
 #: The voices a session may choose: OpenAI's built-in voice names; the reference engine maps
 #: each to an espeak-ng voice.
 VOICES = frozenset({"alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar"})
+
+#: Out-of-band responses (``conversation: "none"``) that may run at once beside the default one.
+MAX_OUT_OF_BAND_RESPONSES = 3

@@ -11,9 +11,9 @@ from typing import Optional
 
 import attrs
 
-from duplex_es.events import AudioFormat, Mark, SessionConfig, SpeechInputs
+from duplex_es.events import AudioFormat, Mark, SessionConfig, SpeechInputs, VadState
 
-__all__ = ["InputBuffer", "Item", "Response", "Tick", "SessionState", "ACTIVE", "TERMINAL_STATUSES"]
+__all__ = ["InputBuffer", "Item", "Response", "Tick", "Lease", "SessionState", "ACTIVE", "TERMINAL_STATUSES"]
 
 ACTIVE = "in_progress"
 TERMINAL_STATUSES = frozenset({"completed", "cancelled", "failed", "incomplete"})
@@ -23,11 +23,13 @@ TERMINAL_STATUSES = frozenset({"completed", "cancelled", "failed", "incomplete"}
 class InputBuffer:
     """The uncommitted input: appended audio (by seq) and text, in log order.
 
-    ``samples`` is the buffered audio's length in samples of the session's input format.
+    ``samples`` is the buffered audio's length in samples of the session's input format;
+    ``start_sample`` is where the buffer begins on the input clock.
     """
 
     append_seqs: tuple[int, ...] = ()
     samples: int = 0
+    start_sample: int = 0
     text_seqs: tuple[int, ...] = ()
     text: str = ""
 
@@ -41,55 +43,62 @@ class InputBuffer:
 class Item:
     """One conversation item.
 
-    User items come from a commit: ``append_seqs`` name their audio, ``input_samples`` its
-    length, ``input_text`` the text appended with it, ``transcript`` what the engine heard.
-    Assistant items belong to ``response_id``: ``full_text`` is everything generated,
+    User items come from a commit or ``conversation.item.create``: ``audio_seqs`` name the events
+    holding their audio, ``input_samples`` its length, ``input_text`` the text sent with it,
+    ``transcript`` what the engine heard. Assistant items belong to ``response_id`` and start
+    ``offset_ms`` into the response's audio: ``full_text`` is everything generated,
     ``transcript`` what the history keeps (the heard prefix), ``audio_samples`` the generated
-    audio in the response's output format (the sum of the delta bytes / 2), ``marks`` the
-    text/audio alignment and ``truncated_ms`` the hard cap set by a truncate.
+    audio (the sum of the delta bytes over bytes per sample), ``audio_seqs`` the outputs holding
+    it, ``marks`` the text/audio alignment, ``truncated_ms`` the hard cap set by a truncate.
+    ``in_conversation`` is false for the items of out-of-band responses.
     """
 
     id: str
     role: str
-    previous_item_id: Optional[str] = None
     status: str = "completed"
     content_type: str = "input_audio"
-    append_seqs: tuple[int, ...] = ()
+    in_conversation: bool = True
+    audio_seqs: tuple[int, ...] = ()
     input_samples: int = 0
     input_text: str = ""
     transcript: str = ""
     response_id: Optional[str] = None
+    output_index: int = 0
+    offset_ms: int = 0
     full_text: str = ""
     audio_samples: int = 0
-    audio_rate: int = 24000
+    audio_format: AudioFormat = AudioFormat()
     marks: tuple[Mark, ...] = ()
+    complete: bool = False
     truncated_ms: Optional[int] = None
+    transcript_removed: bool = False
 
     @property
     def generated_ms(self) -> int:
         """Generated audio in ms."""
-        return self.audio_samples * 1000 // self.audio_rate
+        return self.audio_samples * 1000 // self.audio_format.rate
 
     @property
     def audio_ms(self) -> int:
-        """The item's audio length in ms: generated audio, cut at the truncation cap if any."""
-        if self.truncated_ms is None:
-            return self.generated_ms
-        return min(self.generated_ms, self.truncated_ms)
+        """The item's audio length in ms: its audio, cut at the truncation cap if any."""
+        own = self.generated_ms if self.role == "assistant" else self.input_samples * 1000 // self.audio_format.rate
+        return own if self.truncated_ms is None else min(own, self.truncated_ms)
 
 
 @attrs.frozen(kw_only=True)
 class Response:
     """One response: lifecycle, tick progress and playback ledger.
 
-    ``inputs`` are what its first tick gave the engine; every later tick repeats them.
-    Ledger (ms of this response's audio): ``generated_ms`` accepted from the engine (each
-    accepted chunk is sent to the client after it commits, so it is also the sent position),
-    ``played_ms`` and ``committed_ms`` from the client's acks (monotonic), capped by truncation.
+    Ledger, in ms of the response's audio (its items' audio, one after the other):
+    ``generated_ms`` accepted from the engine (each accepted chunk is sent to the client after it
+    commits, so it is also the sent position), ``played_ms`` and ``committed_ms`` from the
+    client's acks (monotonic), ``cap_ms`` set by a hard truncation (it lowers ``committed_ms`` and
+    caps every later ack). ``slot_reserved`` becomes true with the first accepted ack: after
+    that the history follows playback even once newer user input exists.
     """
 
     id: str
-    item_id: str
+    item_ids: tuple[str, ...]
     status: str = ACTIVE
     epoch: int = 0
     output_modalities: tuple[str, ...] = ("audio",)
@@ -97,17 +106,21 @@ class Response:
     instructions: str = ""
     output_format: AudioFormat = AudioFormat()
     conversation: str = "auto"
+    answers_commit_seq: int = 0
     inputs: SpeechInputs = SpeechInputs()
     next_chunk: int = 0
     tick_in_flight: Optional[str] = None
     final_seen: bool = False
+    incomplete_reason: Optional[str] = None
     failure_code: Optional[str] = None
     failure_message: Optional[str] = None
     status_reason: Optional[str] = None
     generated_ms: int = 0
     played_ms: int = 0
     committed_ms: int = 0
+    cap_ms: Optional[int] = None
     acked: bool = False
+    slot_reserved: bool = False
 
     @property
     def sent_ms(self) -> int:
@@ -118,6 +131,11 @@ class Response:
     def active(self) -> bool:
         """True until the response's ``response.done``."""
         return self.status == ACTIVE
+
+    @property
+    def item_id(self) -> str:
+        """The response's current (latest) output item."""
+        return self.item_ids[-1]
 
 
 @attrs.frozen(kw_only=True)
@@ -133,29 +151,42 @@ class Tick:
 
 
 @attrs.frozen(kw_only=True)
+class Lease:
+    """Who holds the session: ``generation`` grows with every resume (a compare-and-swap
+    target); ``detached_at_ms`` is set while no client is attached (Unix ms)."""
+
+    generation: int = 0
+    detached_at_ms: Optional[int] = None
+
+
+@attrs.frozen(kw_only=True)
 class SessionState:
     """The whole derived state of one session after its event ``seq``.
 
     ``unapplied`` are the seqs of accepted model-feeding events no tick has taken yet, in log
     order (DESIGN I5). ``input_clock`` is the number of input samples appended since the
-    session began: the audio clock of DESIGN I12.
+    session began: the audio clock of DESIGN I12. ``last_commit_seq`` is the seq of the newest
+    user item (the ``playback_ack_too_late`` rule measures responses against it).
     """
 
     session_id: str = ""
     seq: int = 0
-    status: str = "new"  # new | open | closed
+    status: str = "new"  # new | open | closed | expired
     close_reason: Optional[str] = None
     config: Optional[SessionConfig] = None
     epoch: int = 0
     input_clock: int = 0
     buffer: InputBuffer = InputBuffer()
+    vad: VadState = VadState()
     item_order: tuple[str, ...] = ()
     items: dict[str, Item] = attrs.Factory(dict)
     responses: dict[str, Response] = attrs.Factory(dict)
     active_response_id: Optional[str] = None
     ticks: dict[str, Tick] = attrs.Factory(dict)
     unapplied: tuple[int, ...] = ()
+    last_commit_seq: int = 0
     audio_output_started: bool = False
+    lease: Lease = Lease()
 
     @property
     def active_response(self) -> Optional[Response]:
@@ -163,14 +194,28 @@ class SessionState:
         return self.responses.get(self.active_response_id) if self.active_response_id else None
 
     @property
+    def open(self) -> bool:
+        """True while the session accepts commands."""
+        return self.status == "open"
+
+    @property
     def last_item_id(self) -> Optional[str]:
         """The newest item in the conversation, if any."""
         return self.item_order[-1] if self.item_order else None
 
+    def previous_of(self, item_id: str) -> Optional[str]:
+        """The item before ``item_id`` in the conversation (``None`` at the start)."""
+        i = self.item_order.index(item_id)
+        return self.item_order[i - 1] if i > 0 else None
+
     def last_user_item(self) -> Optional[Item]:
-        """The newest user item, if any."""
+        """The newest user item in the conversation, if any."""
         for item_id in reversed(self.item_order):
             item = self.items[item_id]
             if item.role == "user":
                 return item
         return None
+
+    def live_responses(self) -> list[Response]:
+        """Every response still in progress (the default one and any out-of-band ones)."""
+        return [r for r in self.responses.values() if r.active]

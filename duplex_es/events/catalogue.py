@@ -1,18 +1,19 @@
 """The event catalogue: every event duplex_es logs, with its stable wire name and schema version.
 
-Three families share the log:
+Four families share the log:
 
 * **client commands**, accepted (one or more events below) or rejected (``command.rejected``);
   each carries the client's ``client_event_id`` (``None`` when the client sent none);
 * **engine outputs** written by workers (``tick.output``, ``tick.failed``), each echoing the
   identity of the tick it answers;
 * **session reactions** the server decides on its own (``tick.issued`` for the next chunk,
-  ``response.done`` after the final chunk).
+  ``response.done`` after the final chunk, server VAD verdicts);
+* **time decisions** made outside the reducer, carrying the time they used (DESIGN I11):
+  ``session.detached``, ``session.resumed``, ``session.expired``.
 
 Audio travels as base64 text of the session's declared format. Positions on the audio clock are
 sample counts (DESIGN I12); milliseconds are derived from them.
 """
-
 
 from typing import Optional
 
@@ -24,22 +25,36 @@ __all__ = [
     "AudioFormat",
     "TurnDetection",
     "SessionConfig",
+    "VadState",
     "Mark",
+    "ContentPart",
+    "HistoryEntry",
     "SpeechInputs",
     "InputTranscript",
     "SessionOpened",
     "SessionUpdated",
     "SessionClosed",
+    "SessionDetached",
+    "SessionResumed",
+    "SessionExpired",
+    "HeartbeatReceived",
+    "TurnSignaled",
     "CommandRejected",
     "AudioAppended",
     "TextAppended",
+    "SpeechStarted",
+    "SpeechStopped",
     "InputCommitted",
     "InputCleared",
+    "ItemCreated",
+    "ItemDeleted",
+    "ItemRetrieved",
     "ResponseCreated",
     "TickIssued",
     "TickOutput",
     "TickFailed",
     "EpochAdvanced",
+    "OutputAudioCleared",
     "ResponseDone",
     "PlaybackAcked",
     "ItemTruncated",
@@ -56,8 +71,9 @@ __all__ = [
 class AudioFormat:
     """A declared audio format, as in the Realtime GA ``audio.*.format`` object.
 
-    ``type`` is ``"audio/pcm"`` (signed 16-bit little-endian mono) and ``rate`` its sample rate
-    in Hz. 24000 Hz is the GA rate (``reference/realtime-protocol.md`` §1.9).
+    ``audio/pcm`` is signed 16-bit little-endian mono at ``rate`` Hz (24000 is the GA rate;
+    16000 is a duplex_es extension); ``audio/pcmu`` and ``audio/pcma`` are G.711 mu-law and
+    a-law at 8000 Hz, one byte per sample (``reference/realtime-protocol.md`` §1.9).
     """
 
     type: str = "audio/pcm"
@@ -68,7 +84,8 @@ class AudioFormat:
 class TurnDetection:
     """Server VAD settings, OpenAI's defaults (``reference/realtime-protocol.md`` §1.7).
 
-    Durations are in ms of the input audio clock; ``threshold`` is in [0, 1].
+    Durations are in ms of the input audio clock; ``threshold`` is in [0, 1] (higher needs
+    louder audio).
     """
 
     type: str = "server_vad"
@@ -81,7 +98,11 @@ class TurnDetection:
 
 @attrs.frozen(kw_only=True)
 class SessionConfig:
-    """The full effective configuration of a speech session (what ``session.updated`` echoes)."""
+    """The full effective configuration of a speech session (what ``session.updated`` echoes).
+
+    ``transcript_on_truncate`` is ``"heard_prefix"`` (duplex_es: a truncated assistant item keeps
+    the words heard before the cut) or ``"remove"`` (OpenAI: the transcript is deleted).
+    """
 
     model: str
     instructions: str = ""
@@ -90,6 +111,24 @@ class SessionConfig:
     input_format: AudioFormat = AudioFormat()
     output_format: AudioFormat = AudioFormat()
     turn_detection: Optional[TurnDetection] = None
+    transcript_on_truncate: str = "heard_prefix"
+
+
+@attrs.frozen(kw_only=True)
+class VadState:
+    """Server VAD state after an append, on the input clock (samples).
+
+    ``speaking``: speech is in progress since ``start_sample`` (prefix padding included);
+    ``voiced_run``: consecutive voiced samples seen while not speaking (onset debouncing);
+    ``silence_run``: consecutive unvoiced samples while speaking; ``item_id``: the user item the
+    current speech will become.
+    """
+
+    speaking: bool = False
+    start_sample: int = 0
+    voiced_run: int = 0
+    silence_run: int = 0
+    item_id: Optional[str] = None
 
 
 @attrs.frozen(kw_only=True)
@@ -97,7 +136,7 @@ class Mark:
     """An alignment point between reply text and reply audio.
 
     ``text_chars`` characters of the transcript are spoken by ``audio_ms`` ms of audio; both are
-    cumulative from the start of the response.
+    cumulative from the start of the item.
     """
 
     text_chars: int
@@ -105,11 +144,34 @@ class Mark:
 
 
 @attrs.frozen(kw_only=True)
-class SpeechInputs:
-    """What a speech engine needs to answer, folded from the log when a tick is issued.
+class ContentPart:
+    """One content part of a client-created item: ``type`` is ``input_text`` or ``input_audio``
+    (user), ``output_text`` (assistant) or ``input_text`` (system); ``audio`` is base64 in the
+    session's input format."""
 
-    ``user_audio_seqs`` are the session seqs of the ``input_audio_buffer.appended`` events whose
-    audio forms the user item being answered, in order; the worker reads that audio from the log.
+    type: str
+    text: str = ""
+    audio: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class HistoryEntry:
+    """One conversation item as the model sees it when a tick is issued: assistant entries hold
+    only what the user heard."""
+
+    item_id: str
+    role: str
+    text: str
+    audio_ms: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class SpeechInputs:
+    """What a speech engine needs to answer, folded from the log when a response starts.
+
+    ``user_audio_seqs`` are the session seqs of the events whose audio forms the user item
+    being answered (``input_audio_buffer.appended`` or ``conversation.item.created``), in order;
+    the worker reads that audio from the log. ``history`` is the conversation before the reply.
     """
 
     reply_to_item_id: Optional[str] = None
@@ -120,6 +182,7 @@ class SpeechInputs:
     instructions: str = ""
     voice: str = "alloy"
     output_modalities: tuple[str, ...] = ("audio",)
+    history: tuple[HistoryEntry, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -158,10 +221,56 @@ class SessionUpdated(Event):
 
 @event("session.closed")
 class SessionClosed(Event):
-    """The session ended; nothing is accepted after it."""
+    """The session ended at the client's request; nothing is accepted after it."""
 
     client_event_id: Optional[str] = None
     reason: str = "client_close"
+
+
+@event("session.detached")
+class SessionDetached(Event):
+    """The client's connection ended without ``session.close`` at ``at_ms`` (Unix ms); the
+    session waits for a resume until its disconnect grace runs out."""
+
+    at_ms: int
+    reason: str = "connection_closed"
+
+
+@event("session.resumed")
+class SessionResumed(Event):
+    """A client took the session over; ``lease_generation`` is the new generation (the compare-
+    and-swap on the previous one succeeded)."""
+
+    client_event_id: Optional[str] = None
+    lease_generation: int
+    at_ms: int
+
+
+@event("session.expired")
+class SessionExpired(Event):
+    """The session's lease ran out: ``reason`` is ``idle_ttl_expired`` or
+    ``disconnect_grace_expired``; ``decided_at_ms`` the reaper's time and ``since_ms`` the last
+    activity or the detach it measured from (DESIGN I11)."""
+
+    reason: str
+    decided_at_ms: int
+    since_ms: int
+
+
+@event("session.heartbeat")
+class HeartbeatReceived(Event):
+    """A ``session.heartbeat``: the client is alive (it renews the idle TTL)."""
+
+    client_event_id: Optional[str] = None
+
+
+@event("turn.signaled")
+class TurnSignaled(Event):
+    """An informational ``turn.signal`` from the client (``user_started``, ``user_stopped``,
+    ``assistant_started``, ``assistant_done``); logged for replay, no state changes."""
+
+    client_event_id: Optional[str] = None
+    signal: str
 
 
 @event("command.rejected")
@@ -192,12 +301,15 @@ class AudioAppended(Event):
 
     ``audio`` is base64 of the bytes in the session's input format; ``start_sample`` is the
     position of its first sample on the session's input audio clock and ``samples`` its length.
+    ``vad`` is the server VAD's state after this audio (``None`` without server VAD), so replay
+    never reruns the detector.
     """
 
     client_event_id: Optional[str] = None
     audio: str
     samples: int
     start_sample: int
+    vad: Optional[VadState] = None
 
 
 @event("input.text.appended")
@@ -208,12 +320,30 @@ class TextAppended(Event):
     text: str
 
 
+@event("input_audio_buffer.speech_started")
+class SpeechStarted(Event):
+    """Server VAD heard speech begin at ``audio_start_ms`` of the input clock (prefix padding
+    included); the speech will become user item ``item_id``."""
+
+    audio_start_ms: int
+    item_id: str
+
+
+@event("input_audio_buffer.speech_stopped")
+class SpeechStopped(Event):
+    """Server VAD heard the speech end; ``audio_end_ms`` includes the silence that ended it."""
+
+    audio_end_ms: int
+    item_id: str
+
+
 @event("input_audio_buffer.committed")
 class InputCommitted(Event):
     """The input buffer became a user item.
 
     ``append_seqs`` / ``text_seqs`` name exactly the appends the item consumed, in log order.
-    ``samples`` is the item's audio length on the input clock.
+    ``samples`` is the item's audio length on the input clock. ``previous_item_id`` is where
+    the item went in the conversation.
     """
 
     client_event_id: Optional[str] = None
@@ -227,10 +357,59 @@ class InputCommitted(Event):
 
 @event("input_audio_buffer.cleared")
 class InputCleared(Event):
-    """The input buffer was discarded; ``discarded_seqs`` names every append it dropped."""
+    """The input buffer was discarded; ``discarded_seqs`` names every append it dropped.
+    ``reason`` is ``client_clear`` (``input_audio_buffer.clear``) or ``input_cancelled``
+    (``input.cancel``)."""
 
     client_event_id: Optional[str] = None
     discarded_seqs: tuple[int, ...] = ()
+    reason: str = "client_clear"
+
+
+# --------------------------------------------------------------------------------------------
+# Conversation items
+# --------------------------------------------------------------------------------------------
+
+
+@event("conversation.item.created")
+class ItemCreated(Event):
+    """A client-created item (``conversation.item.create``) placed after ``previous_item_id``
+    (``None``: at the start of the conversation)."""
+
+    client_event_id: Optional[str] = None
+    item_id: str
+    previous_item_id: Optional[str] = None
+    role: str
+    content: tuple[ContentPart, ...] = ()
+    samples: int = 0
+
+
+@event("conversation.item.deleted")
+class ItemDeleted(Event):
+    """An item left the conversation."""
+
+    client_event_id: Optional[str] = None
+    item_id: str
+
+
+@event("conversation.item.retrieved")
+class ItemRetrieved(Event):
+    """A client read an item (``conversation.item.retrieve``); logged like every command."""
+
+    client_event_id: Optional[str] = None
+    item_id: str
+
+
+@event("conversation.item.truncated")
+class ItemTruncated(Event):
+    """An assistant audio item was cut at ``audio_end_ms``. ``remove_transcript`` applies
+    OpenAI's rule (the transcript is deleted) instead of keeping the heard prefix."""
+
+    client_event_id: Optional[str] = None
+    item_id: str
+    content_index: int = 0
+    audio_end_ms: int
+    remove_transcript: bool = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -240,7 +419,9 @@ class InputCleared(Event):
 
 @event("response.created")
 class ResponseCreated(Event):
-    """An accepted ``response.create``: a response and its assistant item exist from here on."""
+    """An accepted ``response.create``: a response and its first assistant item exist from here
+    on. ``conversation`` is ``auto`` (the default conversation) or ``none`` (out of band: its
+    items never join the conversation)."""
 
     client_event_id: Optional[str] = None
     response_id: str
@@ -251,6 +432,7 @@ class ResponseCreated(Event):
     instructions: str = ""
     output_format: AudioFormat = AudioFormat()
     conversation: str = "auto"
+    answers_commit_seq: int = 0
 
 
 @event("tick.issued")
@@ -277,9 +459,11 @@ class TickOutput(Event):
 
     It echoes the tick's identity (``session_id``, ``request_id``, ``epoch``, ``chunk_index``,
     ``applied_event_ids``); the reducer accepts it only on an exact match with a live tick.
-    ``audio`` is base64 PCM16 in the response's output format; ``text_delta`` is the transcript
-    (audio modality) or text (text modality) added by this chunk; ``marks`` align the two,
-    cumulative over the response; ``final`` marks the response's last chunk.
+    ``audio`` is base64 in the response's output format; ``text_delta`` is the transcript
+    (audio modality) or text (text modality) this chunk adds; ``marks`` align the two,
+    cumulative over the item. ``new_item_id`` (chosen by the worker) starts a new output item
+    with this chunk. ``final`` marks the response's last chunk; ``incomplete_reason`` (e.g.
+    ``max_output_tokens``) ends it ``incomplete``.
     """
 
     session_id: str
@@ -288,10 +472,12 @@ class TickOutput(Event):
     epoch: int
     chunk_index: int
     applied_event_ids: tuple[int, ...] = ()
+    new_item_id: Optional[str] = None
     audio: str = ""
     text_delta: str = ""
     marks: tuple[Mark, ...] = ()
     final: bool = False
+    incomplete_reason: Optional[str] = None
     input_transcripts: tuple[InputTranscript, ...] = ()
     engine: str = ""
 
@@ -314,9 +500,11 @@ class TickFailed(Event):
 class EpochAdvanced(Event):
     """The session's fence moved: every tick of an older epoch is dead (DESIGN I7).
 
-    ``cancelled_request_ids`` are the ticks in flight that will never be accepted;
-    ``discarded_event_ids`` are the model-feeding events those ticks would have applied, which
-    this event discards explicitly (DESIGN I5).
+    ``reason`` is the cause (``client_cancelled``, ``turn_detected``, ``barge_in``,
+    ``output_audio_buffer_clear``, ``client_disconnected``, ``response_failed``,
+    ``session_closed``, ``session_expired``). ``cancelled_request_ids`` are the ticks in flight
+    that will never be accepted; ``discarded_event_ids`` are the model-feeding events those ticks
+    would have applied (or that no tick will now apply), discarded explicitly (DESIGN I5).
     """
 
     epoch: int
@@ -325,13 +513,22 @@ class EpochAdvanced(Event):
     discarded_event_ids: tuple[int, ...] = ()
 
 
+@event("output_audio_buffer.cleared")
+class OutputAudioCleared(Event):
+    """The client's output audio for ``response_id`` was dropped (``output_audio_buffer.clear``)."""
+
+    client_event_id: Optional[str] = None
+    response_id: str
+
+
 @event("response.done")
 class ResponseDone(Event):
     """A response ended; exactly one per response (DESIGN §4).
 
     ``status`` is ``completed``, ``cancelled``, ``failed`` or ``incomplete``; ``reason`` the
-    Realtime ``status_details.reason`` (``client_cancelled``, ...). ``heard_ms`` is the playback
-    cutoff used to keep the heard prefix of the transcript (``None``: the whole transcript).
+    Realtime ``status_details.reason`` (``client_cancelled``, ``turn_detected``,
+    ``max_output_tokens``, ...). ``heard_ms`` is the playback cutoff used to keep the heard prefix
+    of the transcript (``None``: the whole transcript).
     """
 
     client_event_id: Optional[str] = None
@@ -344,7 +541,7 @@ class ResponseDone(Event):
 
 
 # --------------------------------------------------------------------------------------------
-# Playback and history
+# Playback
 # --------------------------------------------------------------------------------------------
 
 
@@ -352,8 +549,8 @@ class ResponseDone(Event):
 class PlaybackAcked(Event):
     """The client reported playback of a response's audio (duplex extension ``playback.ack``).
 
-    ``played_ms`` / ``committed_ms`` are the new cursor values (already the max with earlier
-    acks), in ms from the start of the response's audio.
+    ``played_ms`` / ``committed_ms`` are the new cursor values in ms of the response's audio.
+    ``truncate`` marks a hard truncation: ``committed_ms`` may go down and caps every later ack.
     """
 
     client_event_id: Optional[str] = None
@@ -361,20 +558,11 @@ class PlaybackAcked(Event):
     item_id: str
     played_ms: int
     committed_ms: int
-
-
-@event("conversation.item.truncated")
-class ItemTruncated(Event):
-    """An assistant audio item was cut at ``audio_end_ms``; its transcript becomes the heard prefix."""
-
-    client_event_id: Optional[str] = None
-    item_id: str
-    content_index: int = 0
-    audio_end_ms: int
+    truncate: bool = False
 
 
 #: Event types whose acceptance feeds the model: each must be applied by exactly one tick or
 #: discarded explicitly (DESIGN I5). ``session.updated`` counts only when ``model_relevant``.
 MODEL_FEEDING: frozenset[str] = frozenset(
-    {InputCommitted.TYPE, SessionUpdated.TYPE, ItemTruncated.TYPE}
+    {InputCommitted.TYPE, SessionUpdated.TYPE, ItemTruncated.TYPE, ItemCreated.TYPE, ItemDeleted.TYPE}
 )

@@ -1,13 +1,17 @@
-"""Realtime client frames → commands.
+"""Realtime client events → commands.
 
 Shape checks that need no session state happen here: the frame is JSON, has a ``type`` this
-server knows, fields have the right JSON types, audio is strict base64. Anything wrong becomes an
-:class:`~duplex_es.domain.commands.Invalid` command carrying a specific code, which the session
-logs as rejected like every other refusal (DESIGN I3). Rules that need state (buffer length,
-active response, audio length) are the domain's.
+server knows, fields have the right JSON types, audio is strict base64, strings are storable.
+:func:`command_from_realtime` raises :class:`CommandError` (code, message, param and the
+client's ``event_id``); :func:`parse_frame`, for transports, turns any problem into an
+:class:`~duplex_es.domain.commands.Invalid` command, which the session logs as rejected like every
+other refusal (DESIGN I3). Rules that need state (buffer length, active response, audio length)
+are the domain's.
 
 Names follow OpenAI Realtime GA (``reference/realtime-protocol.md`` §1.2) plus vLLM-Omni's
-duplex extensions (``input.text.append``, ``playback.ack``, ``session.close``).
+duplex extensions (``input.text.append``, ``input.cancel``, ``barge_in``, ``playback.ack``,
+``turn.signal``, ``session.heartbeat``, ``session.close``); every client event may carry an
+``expected_epoch`` fence. Beta-named events are translated first (:mod:`duplex_es.protocol.beta`).
 """
 
 from __future__ import annotations
@@ -21,22 +25,39 @@ from duplex_es.domain.commands import (
     AckPlayback,
     AppendAudio,
     AppendText,
+    BargeIn,
+    CancelInput,
     CancelResponse,
     ClearInput,
+    ClearOutputAudio,
     CloseSession,
     Command,
-    CommitInput,
+    Commit,
+    CreateItem,
     CreateResponse,
+    DeleteItem,
+    Heartbeat,
     Invalid,
     ResponseOptions,
+    RetrieveItem,
     SessionPatch,
     TruncateItem,
+    TurnSignal,
     UpdateSession,
+    VadIds,
 )
 from duplex_es.domain.errors import Code
-from duplex_es.events import AudioFormat, TurnDetection
+from duplex_es.events import AudioFormat, ContentPart
 
-__all__ = ["parse_frame", "MAX_FRAME_BYTES", "IdFactory", "CLIENT_EVENT_TYPES"]
+__all__ = [
+    "CommandError",
+    "command_from_realtime",
+    "parse_frame",
+    "MAX_FRAME_BYTES",
+    "MAX_INT",
+    "IdFactory",
+    "CLIENT_EVENT_TYPES",
+]
 
 #: Largest client frame accepted: OpenAI's 15 MiB audio cap plus room for the JSON envelope.
 MAX_FRAME_BYTES = 16 * 1024 * 1024
@@ -46,6 +67,40 @@ MAX_INT = 2**53 - 1
 
 #: ``new_id(prefix)`` returns a fresh id such as ``item_3f2a...``; supplied by the server.
 IdFactory = Callable[[str], str]
+
+
+class CommandError(ValueError):
+    """A client event that cannot become a command.
+
+    Attributes:
+        code: the error code (:class:`~duplex_es.domain.errors.Code`).
+        message: what is wrong, for people.
+        param: the offending field, if one is to blame.
+        event_id: the client's ``event_id``, when it could be read.
+        command_type: the event's ``type``, when it could be read.
+        excerpt: the start of a frame that could not be parsed.
+    """
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        param: Optional[str] = None,
+        *,
+        event_id: Optional[str] = None,
+        command_type: Optional[str] = None,
+        excerpt: Optional[str] = None,
+    ) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code, self.message, self.param = code, message, param
+        self.event_id, self.command_type, self.excerpt = event_id, command_type, excerpt
+
+    def as_command(self) -> Invalid:
+        """The refusal as a command, so the session logs it."""
+        return Invalid(
+            event_id=self.event_id, command_type=self.command_type, code=self.code, message=self.message, param=self.param, excerpt=self.excerpt
+        )
+
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -68,10 +123,7 @@ _IGNORED_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "temperature": (lambda v: _is_number(v) and 0 <= v <= 2, "a number in [0, 2]"),
     "reasoning": (_optional(lambda v: isinstance(v, dict)), "an object or null"),
     "parallel_tool_calls": (lambda v: isinstance(v, bool), "a boolean"),
-    "metadata": (
-        _optional(lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values())),
-        "an object of strings or null",
-    ),
+    "metadata": (_optional(lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values())), "an object of strings or null"),
     "transcription": (_optional(lambda v: isinstance(v, dict)), "an object or null"),
     "noise_reduction": (_optional(lambda v: isinstance(v, dict)), "an object or null"),
     "speed": (lambda v: _is_number(v) and 0.25 <= v <= 1.5, "a number in [0.25, 1.5]"),
@@ -80,19 +132,10 @@ _IGNORED_SESSION_FIELDS = frozenset(
     {"tools", "tool_choice", "max_output_tokens", "tracing", "truncation", "include", "prompt", "temperature", "reasoning", "parallel_tool_calls"}
 )
 _IGNORED_RESPONSE_FIELDS = frozenset({"metadata", "tools", "tool_choice", "max_output_tokens", "prompt", "temperature"})
+_COMMON = {"type", "event_id", "expected_epoch"}
 
 
-def _check_ignored(obj: dict, names: frozenset[str] | set[str], path: str) -> None:
-    for name in names:
-        if name in obj:
-            ok, want = _IGNORED_FIELDS[name]
-            if not ok(obj[name]):
-                raise _Bad(Code.INVALID_EVENT, f"{path}.{name} must be {want}", f"{path}.{name}")
-
-
-class _Bad(Exception):
-    def __init__(self, code: str, message: str, param: Optional[str] = None) -> None:
-        self.code, self.message, self.param = code, message, param
+# ---------------------------------------------------------------------------------- strings
 
 
 def _printable(text: str, limit: int = 200) -> str:
@@ -102,10 +145,6 @@ def _printable(text: str, limit: int = 200) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _excerpt(raw: str) -> str:
-    return _printable(raw)
-
-
 def _bad_string(obj: Any) -> Optional[str]:
     """Why a parsed frame cannot be stored as given: a string (or key) with a NUL or a lone
     UTF-16 surrogate (JSON escapes such as ``\\udc00`` decode to one)."""
@@ -113,14 +152,11 @@ def _bad_string(obj: Any) -> Optional[str]:
     while stack:
         v = stack.pop()
         if isinstance(v, str):
-            if v.isascii():
-                if "\x00" in v:
-                    return "strings must not contain NUL (\\u0000)"
-                continue
-            try:
-                v.encode("utf-8")
-            except UnicodeEncodeError:
-                return "strings must be valid Unicode (a lone UTF-16 surrogate was found)"
+            if not v.isascii():
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:
+                    return "strings must be valid Unicode (a lone UTF-16 surrogate was found)"
             if "\x00" in v:
                 return "strings must not contain NUL (\\u0000)"
         elif isinstance(v, dict):
@@ -131,15 +167,16 @@ def _bad_string(obj: Any) -> Optional[str]:
     return None
 
 
-def parse_frame(raw: str | bytes, new_id: IdFactory) -> Command:
-    """Turn one WebSocket frame into a command.
+# ---------------------------------------------------------------------------------- entry points
+
+
+def parse_frame(raw: str | bytes, new_id: IdFactory, *, dialect: str = "ga") -> Command:
+    """Turn one WebSocket frame into a command; any problem becomes an ``Invalid`` command.
 
     Args:
         raw: the frame; ``bytes`` for a binary frame, which the Realtime protocol does not use.
         new_id: makes the ids a command creates (items, responses, requests).
-
-    Returns:
-        A command; :class:`Invalid` for a frame that is not a well-formed client event.
+        dialect: ``"ga"``, or ``"beta"`` for clients that sent ``OpenAI-Beta: realtime=v1``.
     """
     if isinstance(raw, bytes):
         return Invalid(code=Code.BINARY_FRAME, message="binary frames are not part of the Realtime protocol; send JSON text")
@@ -147,88 +184,155 @@ def parse_frame(raw: str | bytes, new_id: IdFactory) -> Command:
     size = len(raw) if len(raw) * 4 <= MAX_FRAME_BYTES else len(raw.encode("utf-8", "surrogatepass"))
     if size > MAX_FRAME_BYTES:
         return Invalid(code=Code.FRAME_TOO_LARGE, message=f"frame of {size} bytes exceeds the limit of {MAX_FRAME_BYTES}")
+    excerpt = _printable(raw)
     try:
         msg = json.loads(raw)
     except json.JSONDecodeError as exc:
-        return Invalid(code=Code.INVALID_JSON, message=f"frame is not valid JSON: {exc}", excerpt=_excerpt(raw))
+        return Invalid(code=Code.INVALID_JSON, message=f"frame is not valid JSON: {exc}", excerpt=excerpt)
     except RecursionError:
-        return Invalid(code=Code.INVALID_JSON, message="frame nests JSON values too deeply to parse", excerpt=_excerpt(raw))
+        return Invalid(code=Code.INVALID_JSON, message="frame nests JSON values too deeply to parse", excerpt=excerpt)
     except ValueError as exc:  # e.g. an integer literal of thousands of digits
-        return Invalid(code=Code.INVALID_JSON, message=f"frame holds a value that cannot be parsed: {exc}", excerpt=_excerpt(raw))
-    if not isinstance(msg, dict):
-        return Invalid(code=Code.INVALID_EVENT, message="a client event must be a JSON object", excerpt=_excerpt(raw))
-    event_id = msg.get("event_id")
-    why = _bad_string(msg)
+        return Invalid(code=Code.INVALID_JSON, message=f"frame holds a value that cannot be parsed: {exc}", excerpt=excerpt)
+    try:
+        return command_from_realtime(msg, new_id, dialect=dialect)
+    except CommandError as err:
+        if err.code in (Code.INVALID_EVENT, Code.MISSING_TYPE) and err.param is None:
+            err.excerpt = excerpt
+        return err.as_command()
+
+
+def command_from_realtime(payload: Any, new_id: IdFactory, *, dialect: str = "ga") -> Command:
+    """Translate one parsed client event into a command.
+
+    Raises:
+        CommandError: the event is not a well-formed client event; carries the error code, the
+            offending ``param`` and the client's ``event_id``.
+    """
+    if not isinstance(payload, dict):
+        raise CommandError(Code.INVALID_EVENT, "a client event must be a JSON object")
+    event_id = payload.get("event_id")
+    why = _bad_string(payload)
     if why is not None:
-        echo = event_id if isinstance(event_id, str) and _bad_string(event_id) is None and len(event_id) <= 256 else None
-        return Invalid(event_id=echo, code=Code.INVALID_EVENT, message=why, excerpt=_excerpt(raw))
+        clean = isinstance(event_id, str) and len(event_id) <= 256 and _bad_string(event_id) is None
+        raise CommandError(Code.INVALID_EVENT, why, event_id=event_id if clean else None)
     if event_id is not None and (not isinstance(event_id, str) or not 0 < len(event_id) <= 256):
-        return Invalid(code=Code.INVALID_EVENT, message="event_id must be a string of 1-256 characters", param="event_id")
-    type_ = msg.get("type")
+        raise CommandError(Code.INVALID_EVENT, "event_id must be a string of 1-256 characters", "event_id")
+    type_ = payload.get("type")
     if not isinstance(type_, str) or not type_:
-        return Invalid(event_id=event_id, code=Code.MISSING_TYPE, message="the event has no string 'type'", param="type")
+        raise CommandError(Code.MISSING_TYPE, "the event has no string 'type'", "type", event_id=event_id)
+    if dialect == "beta":
+        from duplex_es.protocol.beta import client_event_to_ga
+
+        payload = client_event_to_ga(payload)
+    if type_ == "turn.signal":
+        payload = _unwrap_turn_signal(payload, event_id)
+        type_ = payload["type"]
     parser = _PARSERS.get(type_)
     if parser is None:
-        return Invalid(
-            event_id=event_id,
-            command_type=_printable(type_, 128),
-            code=Code.UNKNOWN_TYPE,
-            message=f"unknown event type {type_[:128]!r}",
-            param="type",
+        raise CommandError(
+            Code.UNKNOWN_TYPE, f"unknown event type {type_[:128]!r}", "type", event_id=event_id, command_type=_printable(type_, 128)
         )
+    p = _P(payload, event_id, new_id)
     try:
-        return parser(msg, event_id, new_id)
+        p.expected_epoch = p.int("expected_epoch")
+        return parser(p)
     except _Bad as bad:
-        return Invalid(event_id=event_id, command_type=type_, code=bad.code, message=bad.message, param=bad.param)
+        raise CommandError(bad.code, bad.message, bad.param, event_id=event_id, command_type=type_) from None
 
 
-# ---------------------------------------------------------------------------------- helpers
+def _unwrap_turn_signal(payload: dict, event_id: Optional[str]) -> dict:
+    """``turn.signal`` carrying a command name (vLLM-Omni's generic channel) is that command;
+    otherwise it is an informational signal."""
+    event = payload.get("event")
+    if not isinstance(event, str) or not event:
+        raise CommandError(Code.INVALID_EVENT, "turn.signal needs a string 'event'", "event", event_id=event_id, command_type="turn.signal")
+    if event in _SIGNAL_COMMANDS:
+        inner = payload.get("payload") or {}
+        if not isinstance(inner, dict):
+            raise CommandError(Code.INVALID_EVENT, "turn.signal payload must be an object", "payload", event_id=event_id)
+        out = {**inner, "type": event}
+        for key in ("event_id", "expected_epoch"):
+            if key in payload:
+                out[key] = payload[key]
+        return out
+    return payload
 
 
-def _check_keys(obj: dict, allowed: set[str] | frozenset[str], path: str) -> None:
-    for key in obj:
-        if key not in allowed:
-            where = _printable(f"{path}.{key}" if path else key, 120)
-            raise _Bad(Code.INVALID_EVENT, f"unknown parameter {where!r}", where)
+# ---------------------------------------------------------------------------------- field access
 
 
-def _str(obj: dict, key: str, path: str, *, required: bool = False) -> Optional[str]:
-    if key not in obj or (obj[key] is None and not required):
-        if required:
-            raise _Bad(Code.INVALID_EVENT, f"missing required parameter {path + key!r}", path + key)
-        return None
-    v = obj[key]
-    if not isinstance(v, str):
-        raise _Bad(Code.INVALID_EVENT, f"{path + key} must be a string", path + key)
-    return v
+class _Bad(Exception):
+    def __init__(self, code: str, message: str, param: Optional[str] = None) -> None:
+        self.code, self.message, self.param = code, message, param
 
 
-def _int(obj: dict, key: str, path: str, *, required: bool = False) -> Optional[int]:
-    if key not in obj or obj[key] is None:
-        if required:
-            raise _Bad(Code.INVALID_EVENT, f"missing required parameter {path + key!r}", path + key)
-        return None
-    v = obj[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
-        raise _Bad(Code.INVALID_EVENT, f"{path + key} must be an integer", path + key)
-    if not -MAX_INT <= v <= MAX_INT:
-        raise _Bad(Code.INVALID_EVENT, f"{path + key} is out of range (|value| <= {MAX_INT})", path + key)
-    return int(v)
+class _P:
+    """One event being parsed: typed field access that raises ``_Bad`` naming the field."""
+
+    def __init__(self, msg: dict, event_id: Optional[str], new_id: IdFactory) -> None:
+        self.msg, self.event_id, self.new_id = msg, event_id, new_id
+        self.expected_epoch: Optional[int] = None
+
+    def keys(self, allowed: set[str] | frozenset[str], obj: Optional[dict] = None, path: str = "") -> None:
+        for key in obj if obj is not None else self.msg:
+            if key not in allowed and (obj is not None or key not in _COMMON):
+                where = _printable(f"{path}.{key}" if path else key, 120)
+                raise _Bad(Code.INVALID_EVENT, f"unknown parameter {where!r}", where)
+
+    def _field(self, key: str, obj: Optional[dict], path: str, required: bool) -> tuple[str, Any]:
+        o = self.msg if obj is None else obj
+        name = f"{path}.{key}" if path else key
+        if (key not in o or o[key] is None) and required:
+            raise _Bad(Code.INVALID_EVENT, f"missing required parameter {name!r}", name)
+        return name, o.get(key)
+
+    def str(self, key: str, obj: Optional[dict] = None, path: str = "", *, required: bool = False) -> Optional[str]:
+        name, v = self._field(key, obj, path, required)
+        if v is not None and not isinstance(v, str):
+            raise _Bad(Code.INVALID_EVENT, f"{name} must be a string", name)
+        return v
+
+    def int(self, key: str, obj: Optional[dict] = None, path: str = "", *, required: bool = False) -> Optional[int]:
+        name, v = self._field(key, obj, path, required)
+        if v is None:
+            return None
+        if not _is_number(v) or (isinstance(v, float) and not v.is_integer()):
+            raise _Bad(Code.INVALID_EVENT, f"{name} must be an integer", name)
+        if not -MAX_INT <= v <= MAX_INT:
+            raise _Bad(Code.INVALID_EVENT, f"{name} is out of range (|value| <= {MAX_INT})", name)
+        return int(v)
+
+    def bool(self, key: str, default: bool = False) -> bool:
+        v = self.msg.get(key, default)
+        if not isinstance(v, bool):
+            raise _Bad(Code.INVALID_EVENT, f"{key} must be a boolean", key)
+        return v
+
+    def obj(self, key: str, obj: Optional[dict] = None, path: str = "") -> Optional[dict]:
+        o = self.msg if obj is None else obj
+        name = f"{path}.{key}" if path else key
+        if key not in o or o[key] is None:
+            return None
+        v = o[key]
+        if not isinstance(v, dict):
+            raise _Bad(Code.INVALID_EVENT, f"{name} must be an object", name)
+        return v
+
+    def ignored(self, obj: dict, names: frozenset[str] | set[str], path: str) -> None:
+        for name in names:
+            if name in obj:
+                ok, want = _IGNORED_FIELDS[name]
+                if not ok(obj[name]):
+                    raise _Bad(Code.INVALID_EVENT, f"{path}.{name} must be {want}", f"{path}.{name}")
+
+    def common(self) -> dict[str, Any]:
+        return {"event_id": self.event_id, "expected_epoch": self.expected_epoch}
 
 
-def _obj(obj: dict, key: str, path: str) -> Optional[dict]:
-    if key not in obj or obj[key] is None:
-        return None
-    v = obj[key]
-    if not isinstance(v, dict):
-        raise _Bad(Code.INVALID_EVENT, f"{path + key} must be an object", path + key)
-    return v
-
-
-def _format(obj: dict, path: str) -> AudioFormat:
-    _check_keys(obj, {"type", "rate"}, path)
-    t = _str(obj, "type", path + ".", required=True)
-    rate = _int(obj, "rate", path + ".")
+def _format(p: _P, obj: dict, path: str) -> AudioFormat:
+    p.keys({"type", "rate"}, obj, path)
+    t = p.str("type", obj, path, required=True)
+    rate = p.int("rate", obj, path)
     default_rate = 24000 if t == "audio/pcm" else 8000
     return AudioFormat(type=t, rate=default_rate if rate is None else rate)  # type: ignore[arg-type]
 
@@ -247,168 +351,250 @@ def _voice(v: Any, path: str) -> str:
     return v
 
 
-def _turn_detection(v: Any, path: str) -> Optional[TurnDetection]:
-    if v is None:
-        return None
-    if not isinstance(v, dict):
-        raise _Bad(Code.INVALID_EVENT, f"{path} must be an object or null", path)
-    _check_keys(v, {"type", "threshold", "prefix_padding_ms", "silence_duration_ms", "create_response", "interrupt_response", "idle_timeout_ms", "eagerness"}, path)
-    return TurnDetection(type=str(v.get("type", "server_vad")))
+def _strict_b64(text: str, param: str) -> bytes:
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raw = None
+    # Strict: the text must be the canonical encoding of its bytes (padding, no stray bits).
+    if raw is None or base64.b64encode(raw).decode("ascii") != text:
+        raise _Bad(Code.INVALID_AUDIO_BASE64, "audio is not strict base64 (RFC 4648, padded, no line breaks)", param)
+    return raw
 
 
 # ---------------------------------------------------------------------------------- parsers
 
 
-def _session_update(msg: dict, event_id: Optional[str], new_id: IdFactory) -> Command:
-    _check_keys(msg, {"type", "event_id", "session"}, "")
-    s = _obj(msg, "session", "")
+def _session_update(p: _P) -> Command:
+    p.keys({"session"})
+    s = p.obj("session")
     if s is None:
         raise _Bad(Code.INVALID_EVENT, "missing required parameter 'session'", "session")
-    _check_keys(s, {"type", "model", "instructions", "output_modalities", "audio"} | _IGNORED_SESSION_FIELDS, "session")
-    _check_ignored(s, _IGNORED_SESSION_FIELDS, "session")
+    p.keys({"type", "model", "instructions", "output_modalities", "audio", "duplex"} | _IGNORED_SESSION_FIELDS, s, "session")
+    p.ignored(s, _IGNORED_SESSION_FIELDS, "session")
     stype = s.get("type", "realtime")
     if stype != "realtime":
-        raise _Bad(Code.INVALID_EVENT, f"session.type {stype!r} is not supported; use 'realtime'", "session.type")
+        raise _Bad(Code.INVALID_EVENT, f"session.type {str(stype)[:32]!r} is not supported; use 'realtime'", "session.type")
     fields: dict[str, Any] = {}
     if "model" in s:
-        fields["model"] = _str(s, "model", "session.", required=True)
+        fields["model"] = p.str("model", s, "session", required=True)
     if "instructions" in s:
-        fields["instructions"] = _str(s, "instructions", "session.", required=True)
+        fields["instructions"] = p.str("instructions", s, "session", required=True)
     if "output_modalities" in s:
         fields["output_modalities"] = _modalities(s["output_modalities"], "session.output_modalities")
-    audio = _obj(s, "audio", "session.")
+    audio = p.obj("audio", s, "session")
     if audio is not None:
-        _check_keys(audio, {"input", "output"}, "session.audio")
-        inp = _obj(audio, "input", "session.audio.")
+        p.keys({"input", "output"}, audio, "session.audio")
+        inp = p.obj("input", audio, "session.audio")
         if inp is not None:
-            _check_keys(inp, {"format", "turn_detection", "transcription", "noise_reduction"}, "session.audio.input")
-            _check_ignored(inp, {"transcription", "noise_reduction"}, "session.audio.input")
-            fmt = _obj(inp, "format", "session.audio.input.")
+            p.keys({"format", "turn_detection", "transcription", "noise_reduction"}, inp, "session.audio.input")
+            p.ignored(inp, {"transcription", "noise_reduction"}, "session.audio.input")
+            fmt = p.obj("format", inp, "session.audio.input")
             if fmt is not None:
-                fields["input_format"] = _format(fmt, "session.audio.input.format")
+                fields["input_format"] = _format(p, fmt, "session.audio.input.format")
             if "turn_detection" in inp:
-                fields["turn_detection"] = _turn_detection(inp["turn_detection"], "session.audio.input.turn_detection")
-        out = _obj(audio, "output", "session.audio.")
+                td = inp["turn_detection"]
+                if td is not None and not isinstance(td, dict):
+                    raise _Bad(Code.INVALID_EVENT, "session.audio.input.turn_detection must be an object or null", "session.audio.input.turn_detection")
+                fields["turn_detection"] = td
+        out = p.obj("output", audio, "session.audio")
         if out is not None:
-            _check_keys(out, {"format", "voice", "speed"}, "session.audio.output")
-            _check_ignored(out, {"speed"}, "session.audio.output")
-            fmt = _obj(out, "format", "session.audio.output.")
+            p.keys({"format", "voice", "speed"}, out, "session.audio.output")
+            p.ignored(out, {"speed"}, "session.audio.output")
+            fmt = p.obj("format", out, "session.audio.output")
             if fmt is not None:
-                fields["output_format"] = _format(fmt, "session.audio.output.format")
+                fields["output_format"] = _format(p, fmt, "session.audio.output.format")
             if out.get("voice") is not None:
                 fields["voice"] = _voice(out["voice"], "session.audio.output.voice")
-    return UpdateSession(event_id=event_id, patch=SessionPatch(**fields))
+    duplex = p.obj("duplex", s, "session")
+    if duplex is not None:
+        p.keys({"transcript_on_truncate"}, duplex, "session.duplex")
+        if "transcript_on_truncate" in duplex:
+            fields["transcript_on_truncate"] = p.str("transcript_on_truncate", duplex, "session.duplex", required=True)
+    return UpdateSession(**p.common(), patch=SessionPatch(**fields))
 
 
-def _append(msg: dict, event_id: Optional[str], new_id: IdFactory) -> Command:
-    _check_keys(msg, {"type", "event_id", "audio"}, "")
-    audio = _str(msg, "audio", "", required=True)
-    assert audio is not None
-    try:
-        raw = base64.b64decode(audio, validate=True)
-    except (binascii.Error, ValueError):
-        raw = None
-    # Strict: the text must be the canonical encoding of its bytes (padding, no stray bits).
-    if raw is None or base64.b64encode(raw).decode("ascii") != audio:
-        raise _Bad(Code.INVALID_AUDIO_BASE64, "audio is not strict base64 (RFC 4648, padded, no line breaks)", "audio")
-    return AppendAudio(event_id=event_id, audio=audio, nbytes=len(raw))
+def _append(p: _P) -> Command:
+    p.keys({"audio"})
+    audio = p.str("audio", required=True)
+    raw = _strict_b64(audio, "audio")  # type: ignore[arg-type]
+    ids = VadIds(item_id=p.new_id("item"), response_id=p.new_id("resp"), response_item_id=p.new_id("item"), request_id=p.new_id("req"))
+    return AppendAudio(**p.common(), audio=audio, nbytes=len(raw), vad_ids=ids)  # type: ignore[arg-type]
 
 
-def _text_append(msg: dict, event_id: Optional[str], new_id: IdFactory) -> Command:
-    _check_keys(msg, {"type", "event_id", "text"}, "")
-    return AppendText(event_id=event_id, text=_str(msg, "text", "", required=True) or "")
+def _text_append(p: _P) -> Command:
+    p.keys({"text"})
+    return AppendText(**p.common(), text=p.str("text", required=True) or "")
 
 
-def _commit(msg: dict, event_id: Optional[str], new_id: IdFactory) -> Command:
-    _check_keys(msg, {"type", "event_id"}, "")
-    return CommitInput(event_id=event_id, item_id=new_id("item"))
+def _commit(p: _P) -> Command:
+    p.keys(set())
+    return Commit(**p.common(), item_id=p.new_id("item"))
 
 
-def _clear(msg: dict, event_id: Optional[str], new_id: IdFactory) -> Command:
-    _check_keys(msg, {"type", "event_id"}, "")
-    return ClearInput(event_id=event_id)
+def _clear(p: _P) -> Command:
+    p.keys(set())
+    return ClearInput(**p.common())
 
 
-def _response_create(msg: dict, event_id: Optional[str], new_id: IdFactory) -> Command:
-    _check_keys(msg, {"type", "event_id", "response"}, "")
-    r = _obj(msg, "response", "") or {}
-    _check_keys(r, {"output_modalities", "instructions", "audio", "conversation", "input"} | _IGNORED_RESPONSE_FIELDS, "response")
-    _check_ignored(r, _IGNORED_RESPONSE_FIELDS, "response")
+def _input_cancel(p: _P) -> Command:
+    p.keys(set())
+    return CancelInput(**p.common())
+
+
+def _response_create(p: _P) -> Command:
+    p.keys({"response"})
+    r = p.obj("response") or {}
+    p.keys({"output_modalities", "instructions", "audio", "conversation", "input"} | _IGNORED_RESPONSE_FIELDS, r, "response")
+    p.ignored(r, _IGNORED_RESPONSE_FIELDS, "response")
     if "input" in r:
         raise _Bad(Code.UNSUPPORTED_RESPONSE_OPTION, "response.input is not supported yet; the default conversation is used", "response.input")
     opts: dict[str, Any] = {}
     if r.get("output_modalities") is not None:
         opts["output_modalities"] = _modalities(r["output_modalities"], "response.output_modalities")
     if "instructions" in r:
-        opts["instructions"] = _str(r, "instructions", "response.")
+        opts["instructions"] = p.str("instructions", r, "response")
     conv = r.get("conversation", "auto")
     if not isinstance(conv, str):
         raise _Bad(Code.INVALID_EVENT, "response.conversation must be 'auto' or 'none'", "response.conversation")
     opts["conversation"] = conv
-    audio = _obj(r, "audio", "response.")
+    audio = p.obj("audio", r, "response")
     if audio is not None:
-        _check_keys(audio, {"output"}, "response.audio")
-        out = _obj(audio, "output", "response.audio.") or {}
-        _check_keys(out, {"format", "voice"}, "response.audio.output")
-        fmt = _obj(out, "format", "response.audio.output.")
+        p.keys({"output"}, audio, "response.audio")
+        out = p.obj("output", audio, "response.audio") or {}
+        p.keys({"format", "voice"}, out, "response.audio.output")
+        fmt = p.obj("format", out, "response.audio.output")
         if fmt is not None:
-            opts["output_format"] = _format(fmt, "response.audio.output.format")
+            opts["output_format"] = _format(p, fmt, "response.audio.output.format")
         if out.get("voice") is not None:
             opts["voice"] = _voice(out["voice"], "response.audio.output.voice")
     return CreateResponse(
-        event_id=event_id,
-        response_id=new_id("resp"),
-        item_id=new_id("item"),
-        request_id=new_id("req"),
-        options=ResponseOptions(**opts),
+        **p.common(), response_id=p.new_id("resp"), item_id=p.new_id("item"), request_id=p.new_id("req"), options=ResponseOptions(**opts)
     )
 
 
-def _response_cancel(msg: dict, event_id: Optional[str], new_id: IdFactory) -> Command:
-    _check_keys(msg, {"type", "event_id", "response_id"}, "")
-    return CancelResponse(event_id=event_id, response_id=_str(msg, "response_id", ""))
+def _response_cancel(p: _P) -> Command:
+    p.keys({"response_id"})
+    return CancelResponse(**p.common(), response_id=p.str("response_id"))
 
 
-def _playback_ack(msg: dict, event_id: Optional[str], new_id: IdFactory) -> Command:
-    _check_keys(msg, {"type", "event_id", "response_id", "item_id", "played_ms", "committed_ms"}, "")
-    played = _int(msg, "played_ms", "", required=True)
-    return AckPlayback(
-        event_id=event_id,
-        response_id=_str(msg, "response_id", ""),
-        item_id=_str(msg, "item_id", ""),
-        played_ms=played,  # type: ignore[arg-type]
-        committed_ms=_int(msg, "committed_ms", ""),
+def _barge_in(p: _P) -> Command:
+    p.keys(set())
+    return BargeIn(**p.common())
+
+
+def _output_clear(p: _P) -> Command:
+    p.keys({"response_id"})
+    return ClearOutputAudio(**p.common(), response_id=p.str("response_id"))
+
+
+def _item_create(p: _P) -> Command:
+    p.keys({"item", "previous_item_id"})
+    item = p.obj("item")
+    if item is None:
+        raise _Bad(Code.INVALID_EVENT, "missing required parameter 'item'", "item")
+    p.keys({"id", "type", "role", "content", "object", "status"}, item, "item")
+    kind = item.get("type", "message")
+    if kind != "message":
+        raise _Bad(Code.INVALID_ITEM, f"item type {str(kind)[:32]!r} is not supported; only 'message'", "item.type")
+    role = p.str("role", item, "item", required=True)
+    content = item.get("content")
+    if not isinstance(content, list) or not all(isinstance(c, dict) for c in content):
+        raise _Bad(Code.INVALID_EVENT, "item.content must be a list of content objects", "item.content")
+    parts: list[ContentPart] = []
+    audio_bytes = 0
+    for i, c in enumerate(content):
+        path = f"item.content[{i}]"
+        p.keys({"type", "text", "audio", "transcript"}, c, path)
+        ptype = p.str("type", c, path, required=True)
+        text = p.str("text", c, path) or ""
+        audio = p.str("audio", c, path) or ""
+        if audio:
+            audio_bytes += len(_strict_b64(audio, f"{path}.audio"))
+        parts.append(ContentPart(type=ptype, text=text, audio=audio))  # type: ignore[arg-type]
+    item_id = p.str("id", item, "item") or p.new_id("item")
+    if not 0 < len(item_id) <= 128:
+        raise _Bad(Code.INVALID_EVENT, "item.id must be 1-128 characters", "item.id")
+    previous = p.str("previous_item_id")
+    return CreateItem(
+        **p.common(), item_id=item_id, role=role, content=tuple(parts), previous_item_id=previous, audio_nbytes=audio_bytes  # type: ignore[arg-type]
     )
 
 
-def _truncate(msg: dict, event_id: Optional[str], new_id: IdFactory) -> Command:
-    _check_keys(msg, {"type", "event_id", "item_id", "content_index", "audio_end_ms"}, "")
-    content_index = _int(msg, "content_index", "")
+def _item_retrieve(p: _P) -> Command:
+    p.keys({"item_id"})
+    return RetrieveItem(**p.common(), item_id=p.str("item_id", required=True))  # type: ignore[arg-type]
+
+
+def _item_delete(p: _P) -> Command:
+    p.keys({"item_id"})
+    return DeleteItem(**p.common(), item_id=p.str("item_id", required=True))  # type: ignore[arg-type]
+
+
+def _truncate(p: _P) -> Command:
+    p.keys({"item_id", "content_index", "audio_end_ms"})
+    content_index = p.int("content_index")
     return TruncateItem(
-        event_id=event_id,
-        item_id=_str(msg, "item_id", "", required=True),  # type: ignore[arg-type]
+        **p.common(),
+        item_id=p.str("item_id", required=True),  # type: ignore[arg-type]
         content_index=0 if content_index is None else content_index,
-        audio_end_ms=_int(msg, "audio_end_ms", "", required=True),  # type: ignore[arg-type]
+        audio_end_ms=p.int("audio_end_ms", required=True),  # type: ignore[arg-type]
     )
 
 
-def _close(msg: dict, event_id: Optional[str], new_id: IdFactory) -> Command:
-    _check_keys(msg, {"type", "event_id", "reason"}, "")
-    return CloseSession(event_id=event_id, reason=_str(msg, "reason", "") or "client_close")
+def _playback_ack(p: _P) -> Command:
+    p.keys({"response_id", "item_id", "played_ms", "committed_ms", "truncate"})
+    return AckPlayback(
+        **p.common(),
+        response_id=p.str("response_id"),
+        item_id=p.str("item_id"),
+        played_ms=p.int("played_ms", required=True),  # type: ignore[arg-type]
+        committed_ms=p.int("committed_ms"),
+        truncate=p.bool("truncate"),
+    )
 
 
-_PARSERS: dict[str, Callable[[dict, Optional[str], IdFactory], Command]] = {
+def _turn_signal(p: _P) -> Command:
+    p.keys({"event", "payload"})
+    return TurnSignal(**p.common(), signal=p.str("event", required=True))  # type: ignore[arg-type]
+
+
+def _heartbeat(p: _P) -> Command:
+    p.keys(set())
+    return Heartbeat(**p.common())
+
+
+def _close(p: _P) -> Command:
+    p.keys({"reason"})
+    return CloseSession(**p.common(), reason=p.str("reason") or "client_close")
+
+
+_PARSERS: dict[str, Callable[[_P], Command]] = {
     "session.update": _session_update,
     "input_audio_buffer.append": _append,
     "input.text.append": _text_append,
     "input_audio_buffer.commit": _commit,
     "input_audio_buffer.clear": _clear,
+    "input.cancel": _input_cancel,
     "response.create": _response_create,
     "response.cancel": _response_cancel,
-    "playback.ack": _playback_ack,
+    "barge_in": _barge_in,
+    "output_audio_buffer.clear": _output_clear,
+    "conversation.item.create": _item_create,
+    "conversation.item.retrieve": _item_retrieve,
+    "conversation.item.delete": _item_delete,
     "conversation.item.truncate": _truncate,
+    "playback.ack": _playback_ack,
+    "turn.signal": _turn_signal,
+    "session.heartbeat": _heartbeat,
     "session.close": _close,
 }
 
+#: ``turn.signal`` events that carry a command (vLLM-Omni remaps them the same way).
+_SIGNAL_COMMANDS = frozenset(
+    {"input.cancel", "barge_in", "response.cancel", "session.update", "conversation.item.create", "conversation.item.delete", "conversation.item.truncate"}
+)
+
 #: Every client event type this server understands.
 CLIENT_EVENT_TYPES: frozenset[str] = frozenset(_PARSERS)
+

@@ -1,13 +1,14 @@
 """Committed log events → Realtime GA server events (DESIGN I13: the wire is a projection).
 
-:func:`project` is pure: the same log event, met in the same state, always gives the same wire
-events. Each wire event is stamped with ``event_id = "event_<seq>_<k>"`` and
+:func:`project` is a pure function of the log: the same log event, met in the same state (and,
+for ``conversation.item.retrieved``, the same logged audio), always gives the same wire events.
+Each wire event is stamped with ``event_id = "event_<seq>_<k>"`` and
 ``server_event_seq = seq * 1000 + k``, where ``seq`` is the session seq of the log event and
 ``k`` the index of the wire event among those it projects to, so a resumed client can be re-sent
 exactly what it missed, byte for byte.
 
 Shapes follow the GA types of the official ``openai`` SDK (``openai.types.realtime``). Duplex
-extensions (``playback.acknowledged``, ``session.closed``) are named as vLLM-Omni names them.
+extensions are named as vLLM-Omni names them (:data:`EXTENSION_EVENT_TYPES`).
 """
 
 from __future__ import annotations
@@ -15,28 +16,41 @@ from __future__ import annotations
 import base64
 import json
 from functools import singledispatch
-from typing import Any
+from typing import Any, Callable, Optional
 
+import attrs
+
+from duplex_es.domain.responses import classify_output
 from duplex_es.domain.state import Item, Response, SessionState
-from duplex_es.domain.verdicts import classify_output
 from duplex_es.events import (
     AudioFormat,
     CommandRejected,
     Event,
+    HeartbeatReceived,
     InputCleared,
     InputCommitted,
+    ItemCreated,
+    ItemDeleted,
+    ItemRetrieved,
     ItemTruncated,
+    OutputAudioCleared,
     PlaybackAcked,
     ResponseCreated,
     ResponseDone,
     SessionClosed,
     SessionConfig,
+    SessionExpired,
     SessionOpened,
+    SessionResumed,
     SessionUpdated,
+    SpeechStarted,
+    SpeechStopped,
     TickOutput,
+    TurnSignaled,
 )
 
 __all__ = [
+    "AudioReader",
     "project",
     "stamp",
     "encode_wire",
@@ -46,14 +60,24 @@ __all__ = [
     "item_json",
     "EXTENSION_EVENT_TYPES",
     "MAX_AUDIO_DELTA_BYTES",
+    "MAX_RETRIEVED_AUDIO_BYTES",
 ]
 
 #: Wire events duplex_es sends that are not in the OpenAI GA vocabulary.
-EXTENSION_EVENT_TYPES = frozenset({"playback.acknowledged", "session.closed"})
+EXTENSION_EVENT_TYPES = frozenset(
+    {"playback.acknowledged", "session.closed", "session.expired", "session.resumed", "session.heartbeat_ack", "turn.event"}
+)
 
 #: Largest audio payload per ``response.output_audio.delta`` (raw bytes), keeping every frame
 #: far below the 1 MiB that older ``websockets`` clients accept (``realtime-protocol.md`` §2.6).
 MAX_AUDIO_DELTA_BYTES = 192_000
+
+#: Largest audio ``conversation.item.retrieved`` carries inline; longer audio is omitted
+#: (``audio: null`` with ``audio_omitted: "too_large"``) to keep the frame under 1 MiB.
+MAX_RETRIEVED_AUDIO_BYTES = 700_000
+
+#: ``audio_of(seqs)``: the audio bytes logged by the events at those seqs, concatenated.
+AudioReader = Callable[[tuple[int, ...]], bytes]
 
 _K = 1000
 
@@ -72,10 +96,7 @@ def split_server_event_seq(value: int) -> tuple[int, int]:
 
 def stamp(seq: int, wires: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Give each wire event its log-derived ``event_id`` and ``server_event_seq``."""
-    out = []
-    for k, w in enumerate(wires):
-        out.append({"event_id": f"event_{seq}_{k}", "server_event_seq": server_event_seq(seq, k), **w})
-    return out
+    return [{"event_id": f"event_{seq}_{k}", "server_event_seq": server_event_seq(seq, k), **w} for k, w in enumerate(wires)]
 
 
 def encode_wire(wire: dict[str, Any]) -> str:
@@ -83,7 +104,9 @@ def encode_wire(wire: dict[str, Any]) -> str:
     return json.dumps(wire, separators=(",", ":"), ensure_ascii=False)
 
 
-def project(before: SessionState, seq: int, event: Event, after: SessionState) -> list[dict[str, Any]]:
+def project(
+    before: SessionState, seq: int, event: Event, after: SessionState, audio_of: Optional[AudioReader] = None
+) -> list[dict[str, Any]]:
     """The wire events a committed log event produces, already stamped.
 
     Args:
@@ -91,8 +114,16 @@ def project(before: SessionState, seq: int, event: Event, after: SessionState) -
         seq: the event's session seq.
         event: the event.
         after: ``evolve(before, seq, event)``.
+        audio_of: reads logged audio, for ``conversation.item.retrieved`` (omitted without it).
     """
-    return stamp(seq, _project(event, before, after))
+    return stamp(seq, _project(event, _Ctx(before, after, audio_of)))
+
+
+class _Ctx:
+    __slots__ = ("before", "after", "audio_of")
+
+    def __init__(self, before: SessionState, after: SessionState, audio_of: Optional[AudioReader]) -> None:
+        self.before, self.after, self.audio_of = before, after, audio_of
 
 
 # ------------------------------------------------------------------------------------- shapes
@@ -133,47 +164,46 @@ def session_json(session_id: str, cfg: SessionConfig) -> dict[str, Any]:
         "tools": [],
         "tool_choice": "auto",
         "max_output_tokens": "inf",
+        "duplex": {"transcript_on_truncate": cfg.transcript_on_truncate},
     }
 
 
-def item_json(item: Item) -> dict[str, Any]:
-    """The GA ``realtime.item`` for an item, without audio bytes (as ``conversation.item.*`` send it)."""
-    if item.role == "user":
-        content: list[dict[str, Any]] = []
-        if item.append_seqs:
+def item_json(item: Item, audio: Optional[bytes] = None) -> dict[str, Any]:
+    """The GA ``realtime.item`` for an item; audio bytes only when given (``retrieve``)."""
+    content: list[dict[str, Any]] = []
+    if item.role == "assistant":
+        if item.content_type == "output_audio":
+            if item.status != "in_progress" or item.full_text or item.audio_samples:
+                content = [{"type": "output_audio", "transcript": item.transcript}]
+        elif item.status != "in_progress" or item.full_text:
+            content = [{"type": "output_text", "text": item.transcript}]
+    else:
+        if item.audio_seqs:
             content.append({"type": "input_audio", "transcript": item.transcript or None})
         if item.input_text:
             content.append({"type": "input_text", "text": item.input_text})
-    elif item.content_type == "output_audio":
-        content = [{"type": "output_audio", "transcript": item.transcript}]
-    else:
-        content = [{"type": "output_text", "text": item.transcript}]
-    if item.role == "assistant" and item.status == "in_progress" and not item.full_text and not item.audio_samples:
-        content = []
-    return {
-        "id": item.id,
-        "object": "realtime.item",
-        "type": "message",
-        "role": item.role,
-        "status": item.status,
-        "content": content,
-    }
+    if audio is not None and content and content[0]["type"] in ("input_audio", "output_audio"):
+        if len(audio) <= MAX_RETRIEVED_AUDIO_BYTES:
+            content[0] = {**content[0], "audio": base64.b64encode(audio).decode("ascii")}
+        else:
+            content[0] = {**content[0], "audio": None, "audio_omitted": "too_large"}
+    return {"id": item.id, "object": "realtime.item", "type": "message", "role": item.role, "status": item.status, "content": content}
 
 
 def _response_json(state: SessionState, resp: Response, *, error: dict | None = None) -> dict[str, Any]:
-    item = state.items[resp.item_id]
     done = resp.status != "in_progress"
     details = None
     if done:
         details = {"type": resp.status, "reason": resp.status_reason}
         if error is not None:
             details["error"] = error
+    output = [item_json(state.items[i]) for i in resp.item_ids if i in state.items] if done else []
     return {
         "id": resp.id,
         "object": "realtime.response",
         "status": resp.status,
         "status_details": details,
-        "output": [item_json(item)] if done else [],
+        "output": output,
         "conversation_id": "conv_" + state.session_id if resp.conversation == "auto" else None,
         "output_modalities": list(resp.output_modalities),
         "audio": {"output": {"format": _format_json(resp.output_format), "voice": resp.voice}},
@@ -183,52 +213,108 @@ def _response_json(state: SessionState, resp: Response, *, error: dict | None = 
     }
 
 
-def _ids(resp: Response) -> dict[str, Any]:
-    return {"response_id": resp.id, "item_id": resp.item_id, "output_index": 0, "content_index": 0}
+def _ids(resp: Response, item: Item) -> dict[str, Any]:
+    return {"response_id": resp.id, "item_id": item.id, "output_index": item.output_index, "content_index": 0}
+
+
+def _opening(state: SessionState, resp: Response, item: Item) -> list[dict[str, Any]]:
+    """An output item appears: added to the response (and to the conversation)."""
+    ij = item_json(item)
+    part = {"type": "audio", "transcript": ""} if item.content_type == "output_audio" else {"type": "text", "text": ""}
+    out = [{"type": "response.output_item.added", "response_id": resp.id, "output_index": item.output_index, "item": ij}]
+    if item.in_conversation:
+        out.append({"type": "conversation.item.added", "item": ij, "previous_item_id": state.previous_of(item.id)})
+    out.append({"type": "response.content_part.added", **_ids(resp, item), "part": part})
+    return out
+
+
+def _closing(state: SessionState, resp: Response, item: Item) -> list[dict[str, Any]]:
+    """An output item ends: every ``.done`` of it, in order."""
+    if item.content_type == "output_audio":
+        out = [
+            {"type": "response.output_audio.done", **_ids(resp, item)},
+            {"type": "response.output_audio_transcript.done", **_ids(resp, item), "transcript": item.transcript},
+        ]
+        part = {"type": "audio", "transcript": item.transcript}
+    else:
+        out = [{"type": "response.output_text.done", **_ids(resp, item), "text": item.transcript}]
+        part = {"type": "text", "text": item.transcript}
+    ij = item_json(item)
+    out += [
+        {"type": "response.content_part.done", **_ids(resp, item), "part": part},
+        {"type": "response.output_item.done", "response_id": resp.id, "output_index": item.output_index, "item": ij},
+    ]
+    if item.in_conversation:
+        out.append({"type": "conversation.item.done", "item": ij, "previous_item_id": state.previous_of(item.id)})
+    return out
 
 
 # ---------------------------------------------------------------------------------- projection
 
 
 @singledispatch
-def _project(event: Event, before: SessionState, after: SessionState) -> list[dict[str, Any]]:
-    return []  # appends, ticks and epoch changes are not on the wire
+def _project(event: Event, ctx: _Ctx) -> list[dict[str, Any]]:
+    return []  # appends, ticks, epoch changes and detaches are not on the wire
 
 
 @_project.register
-def _(ev: SessionOpened, before: SessionState, after: SessionState) -> list[dict[str, Any]]:
+def _(ev: SessionOpened, ctx: _Ctx) -> list[dict[str, Any]]:
     return [{"type": "session.created", "session": session_json(ev.session_id, ev.config)}]
 
 
 @_project.register
-def _(ev: SessionUpdated, before: SessionState, after: SessionState) -> list[dict[str, Any]]:
-    return [{"type": "session.updated", "session": session_json(after.session_id, ev.config)}]
+def _(ev: SessionUpdated, ctx: _Ctx) -> list[dict[str, Any]]:
+    return [{"type": "session.updated", "session": session_json(ctx.after.session_id, ev.config)}]
 
 
 @_project.register
-def _(ev: SessionClosed, before: SessionState, after: SessionState) -> list[dict[str, Any]]:
-    return [{"type": "session.closed", "session_id": after.session_id, "reason": ev.reason}]
+def _(ev: SessionClosed, ctx: _Ctx) -> list[dict[str, Any]]:
+    return [{"type": "session.closed", "session_id": ctx.after.session_id, "reason": ev.reason}]
 
 
 @_project.register
-def _(ev: CommandRejected, before: SessionState, after: SessionState) -> list[dict[str, Any]]:
+def _(ev: SessionExpired, ctx: _Ctx) -> list[dict[str, Any]]:
+    return [{"type": "session.expired", "session_id": ctx.after.session_id, "reason": ev.reason}]
+
+
+@_project.register
+def _(ev: SessionResumed, ctx: _Ctx) -> list[dict[str, Any]]:
+    return [{"type": "session.resumed", "session_id": ctx.after.session_id, "lease_generation": ev.lease_generation}]
+
+
+@_project.register
+def _(ev: HeartbeatReceived, ctx: _Ctx) -> list[dict[str, Any]]:
+    return [{"type": "session.heartbeat_ack"}]
+
+
+@_project.register
+def _(ev: TurnSignaled, ctx: _Ctx) -> list[dict[str, Any]]:
+    return [{"type": "turn.event", "event": ev.signal, "epoch": ctx.after.epoch}]
+
+
+@_project.register
+def _(ev: CommandRejected, ctx: _Ctx) -> list[dict[str, Any]]:
     return [
         {
             "type": "error",
-            "error": {
-                "type": ev.error_type,
-                "code": ev.code,
-                "message": ev.message,
-                "param": ev.param,
-                "event_id": ev.client_event_id,
-            },
+            "error": {"type": ev.error_type, "code": ev.code, "message": ev.message, "param": ev.param, "event_id": ev.client_event_id},
         }
     ]
 
 
 @_project.register
-def _(ev: InputCommitted, before: SessionState, after: SessionState) -> list[dict[str, Any]]:
-    item = item_json(after.items[ev.item_id])
+def _(ev: SpeechStarted, ctx: _Ctx) -> list[dict[str, Any]]:
+    return [{"type": "input_audio_buffer.speech_started", "audio_start_ms": ev.audio_start_ms, "item_id": ev.item_id}]
+
+
+@_project.register
+def _(ev: SpeechStopped, ctx: _Ctx) -> list[dict[str, Any]]:
+    return [{"type": "input_audio_buffer.speech_stopped", "audio_end_ms": ev.audio_end_ms, "item_id": ev.item_id}]
+
+
+@_project.register
+def _(ev: InputCommitted, ctx: _Ctx) -> list[dict[str, Any]]:
+    item = item_json(ctx.after.items[ev.item_id])
     prev = ev.previous_item_id
     return [
         {"type": "input_audio_buffer.committed", "item_id": ev.item_id, "previous_item_id": prev},
@@ -238,32 +324,60 @@ def _(ev: InputCommitted, before: SessionState, after: SessionState) -> list[dic
 
 
 @_project.register
-def _(ev: InputCleared, before: SessionState, after: SessionState) -> list[dict[str, Any]]:
+def _(ev: InputCleared, ctx: _Ctx) -> list[dict[str, Any]]:
     return [{"type": "input_audio_buffer.cleared"}]
 
 
 @_project.register
-def _(ev: ResponseCreated, before: SessionState, after: SessionState) -> list[dict[str, Any]]:
-    resp = after.responses[ev.response_id]
-    item = item_json(after.items[ev.item_id])
-    part = {"type": "audio", "transcript": ""} if "audio" in resp.output_modalities else {"type": "text", "text": ""}
+def _(ev: ItemCreated, ctx: _Ctx) -> list[dict[str, Any]]:
+    item = item_json(ctx.after.items[ev.item_id])
     return [
-        {"type": "response.created", "response": _response_json(after, resp)},
-        {"type": "response.output_item.added", "response_id": resp.id, "output_index": 0, "item": item},
         {"type": "conversation.item.added", "item": item, "previous_item_id": ev.previous_item_id},
-        {"type": "response.content_part.added", **_ids(resp), "part": part},
+        {"type": "conversation.item.done", "item": item, "previous_item_id": ev.previous_item_id},
     ]
 
 
 @_project.register
-def _(ev: TickOutput, before: SessionState, after: SessionState) -> list[dict[str, Any]]:
-    if not classify_output(before, ev).accepted:
+def _(ev: ItemDeleted, ctx: _Ctx) -> list[dict[str, Any]]:
+    return [{"type": "conversation.item.deleted", "item_id": ev.item_id}]
+
+
+@_project.register
+def _(ev: ItemRetrieved, ctx: _Ctx) -> list[dict[str, Any]]:
+    item = ctx.after.items[ev.item_id]
+    audio = None
+    if ctx.audio_of is not None and item.audio_seqs:
+        raw = ctx.audio_of(item.audio_seqs)
+        per_ms = (2 if item.audio_format.type == "audio/pcm" else 1) * item.audio_format.rate // 1000
+        audio = raw[: item.audio_ms * per_ms]
+    return [{"type": "conversation.item.retrieved", "item": item_json(item, audio)}]
+
+
+@_project.register
+def _(ev: ItemTruncated, ctx: _Ctx) -> list[dict[str, Any]]:
+    return [{"type": "conversation.item.truncated", "item_id": ev.item_id, "content_index": ev.content_index, "audio_end_ms": ev.audio_end_ms}]
+
+
+@_project.register
+def _(ev: ResponseCreated, ctx: _Ctx) -> list[dict[str, Any]]:
+    resp = ctx.after.responses[ev.response_id]
+    return [{"type": "response.created", "response": _response_json(ctx.after, resp)}] + _opening(
+        ctx.after, resp, ctx.after.items[ev.item_id]
+    )
+
+
+@_project.register
+def _(ev: TickOutput, ctx: _Ctx) -> list[dict[str, Any]]:
+    if not classify_output(ctx.before, ev).accepted:
         return []  # DESIGN I7: discarded output is logged, never sent
-    resp = after.responses[ev.response_id]
+    after = ctx.after
+    resp = after.responses.get(ev.response_id)
+    if resp is None:  # released within this very event cannot happen while active
+        return []
     out: list[dict[str, Any]] = []
     for t in ev.input_transcripts:
         user = after.items.get(t.item_id)
-        seconds = user.input_samples / user.audio_rate if user else 0.0
+        seconds = user.input_samples / user.audio_format.rate if user else 0.0
         out.append(
             {
                 "type": "conversation.item.input_audio_transcription.completed",
@@ -273,47 +387,52 @@ def _(ev: TickOutput, before: SessionState, after: SessionState) -> list[dict[st
                 "usage": {"type": "duration", "seconds": round(seconds, 3)},
             }
         )
-    audio_mode = "audio" in resp.output_modalities
+    item = after.items[resp.item_id]
+    if ev.new_item_id is not None:
+        previous = after.items[resp.item_ids[-2]]
+        out += _closing(after, resp, previous) + _opening(after, resp, item)
+    audio_mode = item.content_type == "output_audio"
     if audio_mode and ev.audio:
         raw = base64.b64decode(ev.audio)
         for start in range(0, len(raw), MAX_AUDIO_DELTA_BYTES):
             piece = base64.b64encode(raw[start : start + MAX_AUDIO_DELTA_BYTES]).decode("ascii")
-            out.append({"type": "response.output_audio.delta", **_ids(resp), "delta": piece})
+            out.append({"type": "response.output_audio.delta", **_ids(resp, item), "delta": piece})
     if ev.text_delta:
         kind = "response.output_audio_transcript.delta" if audio_mode else "response.output_text.delta"
-        out.append({"type": kind, **_ids(resp), "delta": ev.text_delta})
+        out.append({"type": kind, **_ids(resp, item), "delta": ev.text_delta})
     return out
 
 
 @_project.register
-def _(ev: ResponseDone, before: SessionState, after: SessionState) -> list[dict[str, Any]]:
-    resp = after.responses[ev.response_id]
-    item = after.items[resp.item_id]
+def _(ev: OutputAudioCleared, ctx: _Ctx) -> list[dict[str, Any]]:
+    return [{"type": "output_audio_buffer.cleared", "response_id": ev.response_id}]
+
+
+@_project.register
+def _(ev: ResponseDone, ctx: _Ctx) -> list[dict[str, Any]]:
+    after = ctx.after
+    # A response fully played when it ends is released at once: read it from before.
+    resp_before = ctx.before.responses[ev.response_id]
+    resp = after.responses.get(ev.response_id) or _ended(resp_before, ev)
     out: list[dict[str, Any]] = []
     error = None
     if ev.status == "failed":
         error = {"type": "server_error", "code": ev.error_code, "message": ev.error_message}
         out.append({"type": "error", "error": {**error, "param": None, "event_id": None}})
-    if "audio" in resp.output_modalities:
-        out.append({"type": "response.output_audio.done", **_ids(resp)})
-        out.append({"type": "response.output_audio_transcript.done", **_ids(resp), "transcript": item.transcript})
-        part = {"type": "audio", "transcript": item.transcript}
-    else:
-        out.append({"type": "response.output_text.done", **_ids(resp), "text": item.transcript})
-        part = {"type": "text", "text": item.transcript}
-    ij = item_json(item)
-    out += [
-        {"type": "response.content_part.done", **_ids(resp), "part": part},
-        {"type": "response.output_item.done", "response_id": resp.id, "output_index": 0, "item": ij},
-        {"type": "conversation.item.done", "item": ij, "previous_item_id": item.previous_item_id},
-        {"type": "response.done", "response": _response_json(after, resp, error=error)},
-    ]
+    item = after.items.get(resp.item_id)
+    if item is not None:
+        out += _closing(after, resp, item)
+    out.append({"type": "response.done", "response": _response_json(after, resp, error=error)})
     return out
 
 
+def _ended(resp: Response, ev: ResponseDone) -> Response:
+    return attrs.evolve(resp, status=ev.status, status_reason=ev.reason)
+
+
 @_project.register
-def _(ev: PlaybackAcked, before: SessionState, after: SessionState) -> list[dict[str, Any]]:
-    item = after.items[ev.item_id]
+def _(ev: PlaybackAcked, ctx: _Ctx) -> list[dict[str, Any]]:
+    item = ctx.after.items.get(ev.item_id)
     return [
         {
             "type": "playback.acknowledged",
@@ -321,13 +440,7 @@ def _(ev: PlaybackAcked, before: SessionState, after: SessionState) -> list[dict
             "item_id": ev.item_id,
             "played_ms": ev.played_ms,
             "committed_ms": ev.committed_ms,
-            "transcript": item.transcript,
+            "truncate": ev.truncate,
+            "transcript": item.transcript if item is not None else "",
         }
-    ]
-
-
-@_project.register
-def _(ev: ItemTruncated, before: SessionState, after: SessionState) -> list[dict[str, Any]]:
-    return [
-        {"type": "conversation.item.truncated", "item_id": ev.item_id, "content_index": ev.content_index, "audio_end_ms": ev.audio_end_ms}
     ]

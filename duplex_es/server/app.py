@@ -1,5 +1,9 @@
-"""The ASGI application: ``/v1/realtime`` (OpenAI Realtime GA over WebSocket), session state for
-debugging, health and Prometheus metrics.
+"""The ASGI application: ``/v1/realtime`` (OpenAI Realtime over WebSocket, GA or beta names),
+session state for debugging, health and Prometheus metrics.
+
+The WebSocket handler is a thin layer over :class:`~duplex_es.server.sessions.DuplexSessions`:
+frames become commands (:func:`~duplex_es.protocol.parse_frame`), the session's server events
+become frames.
 """
 
 from __future__ import annotations
@@ -16,97 +20,105 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from duplex_es.domain import CancelResponse, OpenSession, fold
+from duplex_es.domain import fold
 from duplex_es.events import to_plain
-from duplex_es.protocol import parse_frame
-from duplex_es.server.follower import LogFollower
+from duplex_es.protocol import encode_wire, parse_frame, wire_to_beta
 from duplex_es.server.host import SessionHost, new_id
-from duplex_es.store import Database, EventLog
+from duplex_es.server.sessions import DEFAULT_MODEL, DuplexSessions
+from duplex_es.store import Database
 
 __all__ = ["create_app", "DEFAULT_MODEL"]
 
 log = logging.getLogger(__name__)
 
-#: The model name a session gets when the client does not pass ``?model=``.
-DEFAULT_MODEL = "duplex-es-echo"
 
-
-def create_app(db: Database, *, api_key: str | None = None, poll_ms: int = 5) -> Starlette:
+def create_app(
+    db: Database,
+    *,
+    api_key: str | None = None,
+    poll_ms: int = 5,
+    idle_ttl_ms: int = 300_000,
+    disconnect_grace_ms: int = 30_000,
+    reaper_interval_ms: int = 1000,
+) -> Starlette:
     """Build the server for one database.
 
     Args:
         db: the log's database (already migrated).
         api_key: if set, clients must send ``Authorization: Bearer <api_key>``.
         poll_ms: how often the log follower polls for worker outputs while idle.
+        idle_ttl_ms, disconnect_grace_ms, reaper_interval_ms: session leases (DESIGN §4).
     """
-    event_log = EventLog(db)
-    hosts: dict[str, SessionHost] = {}
-    follower = LogFollower(event_log, lambda: hosts, poll_ms=poll_ms)
+    sessions = DuplexSessions(
+        db,
+        idle_ttl_ms=idle_ttl_ms,
+        disconnect_grace_ms=disconnect_grace_ms,
+        reaper_interval_ms=reaper_interval_ms,
+        poll_ms=poll_ms,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await follower.start()
+        await sessions.start()
         log.info("serving on %s", db.describe())
         try:
             yield
         finally:
-            await follower.stop()
+            await sessions.stop()
 
     async def realtime(ws: WebSocket) -> None:
         if api_key is not None and ws.headers.get("authorization") != f"Bearer {api_key}":
             await ws.close(code=1008, reason="invalid API key")
             return
+        dialect = "beta" if "realtime=v1" in ws.headers.get("openai-beta", "") else "ga"
         await ws.accept()
-        session_id = new_id("sess")
-        model = ws.query_params.get("model") or DEFAULT_MODEL
-        host = SessionHost(event_log, session_id, send=ws.send_text)
-        hosts[session_id] = host
-        log.info("session %s opened (model %s)", session_id, model)
+        host = await sessions.open_session(ws.query_params.get("model") or DEFAULT_MODEL)
+        log.info("session %s opened (%s dialect)", host.session_id, dialect)
+        writer = asyncio.create_task(_write(ws, host, dialect))
+        clean = False
         try:
-            await host.handle(OpenSession(session_id=session_id, model=model))
-            while not host.closed.is_set():
+            while not host.ended.is_set():
                 message = await ws.receive()
                 if message["type"] == "websocket.disconnect":
                     break
                 frame = message.get("text")
                 if frame is None:
                     frame = message.get("bytes") or b""
-                await host.handle(parse_frame(frame, new_id))
-            if host.closed.is_set():
-                await ws.close(code=1000)
+                await host.submit(parse_frame(frame, new_id, dialect=dialect))
+            clean = host.ended.is_set()
         except WebSocketDisconnect:
             pass
         except Exception:
             # The log could not be written (database down, ...): nothing unlogged may reach the
             # client, so end the connection; what was committed is safe in the log.
-            log.exception("session %s: internal error; closing the connection", session_id)
+            log.exception("session %s: internal error; closing the connection", host.session_id)
             with contextlib.suppress(Exception):
                 await ws.close(code=1011, reason="internal error; the session is safe in the log")
         finally:
-            host.detach()
-            if host.state.active_response is not None:
-                # Nobody is listening: stop generating. The session itself stays in the log.
-                try:
-                    await host.handle(CancelResponse(cause="client_disconnected"))
-                except Exception:
-                    log.exception("session %s: could not cancel the response of a closed connection", session_id)
-            hosts.pop(session_id, None)
-            log.info("session %s: connection ended", session_id)
+            if clean:
+                await writer  # every queued event, session.closed last
+                with contextlib.suppress(Exception):
+                    await ws.close(code=1000)
+            else:
+                writer.cancel()
+                with contextlib.suppress(Exception):
+                    await host.detach()
+            log.info("session %s: connection ended", host.session_id)
 
     async def session_state(request: Request) -> Response:
         session_id = request.path_params["session_id"]
-        host = hosts.get(session_id)
+        host = sessions.get(session_id)
         if host is not None:
             state, live = host.state, True
         else:
-            records = await asyncio.to_thread(event_log.read_session, session_id)
+            records = await asyncio.to_thread(sessions.log.read_session, session_id)
             if not records:
                 return JSONResponse({"error": {"code": "session_not_found", "message": f"no session {session_id}"}}, status_code=404)
             state, live = fold((r.seq, r.event) for r in records), False
         return JSONResponse({"session_id": session_id, "live": live, "seq": state.seq, "state": to_plain(state)})
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "sessions": len(hosts), "database": db.describe()})
+        return JSONResponse({"status": "ok", "sessions": len(sessions.hosts), "database": db.describe()})
 
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
@@ -120,6 +132,20 @@ def create_app(db: Database, *, api_key: str | None = None, poll_ms: int = 5) ->
         ],
         lifespan=lifespan,
     )
-    app.state.hosts = hosts
-    app.state.log = event_log
+    app.state.sessions = sessions
     return app
+
+
+async def _write(ws: WebSocket, host: SessionHost, dialect: str) -> None:
+    """Send the session's server events to the socket, in order, in the client's dialect."""
+    try:
+        async for wire in host.events():
+            if dialect == "beta":
+                wire = wire_to_beta(wire)
+                if wire is None:
+                    continue
+            await ws.send_text(encode_wire(wire))
+        if host.ended.is_set():  # closed or expired: say goodbye after the last event
+            await ws.close(code=1000)
+    except Exception as exc:  # the socket went away mid-send; the log has everything
+        log.info("session %s: client gone while sending (%s)", host.session_id, exc)

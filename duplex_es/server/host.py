@@ -1,10 +1,10 @@
 """A hosted session: the single writer that turns commands into committed events and committed
-events into wire events for its connection.
+events into server events.
 
 For each command the host decides against its state, appends the batch with the seq it decided
 on (retrying after catching up if a worker appended meanwhile), then folds the committed events
-and sends their projection. Nothing reaches the client before its transaction commits (DESIGN I4),
-and the state it holds is always the fold of the log up to ``state.seq`` (DESIGN I1).
+and queues their projection for whoever listens. Nothing is queued before its transaction commits
+(DESIGN I4), and the state it holds is always the fold of the log up to ``state.seq`` (DESIGN I1).
 """
 
 from __future__ import annotations
@@ -12,22 +12,33 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from typing import Any, Awaitable, Callable, Iterable, Optional
+import time
+from typing import Any, AsyncIterator, Iterable, Optional
 
 from prometheus_client import Counter, Histogram
 
-from duplex_es.domain import COMMAND_TYPES, Code, Pump, SessionState, decide, evolve
-from duplex_es.domain.commands import Command, Invalid
-from duplex_es.events import CommandRejected, SessionClosed
-from duplex_es.protocol import encode_wire, project
+from duplex_es.domain import (
+    COMMAND_TYPES,
+    MAX_OUT_OF_BAND_RESPONSES,
+    Code,
+    Detach,
+    Invalid,
+    Pump,
+    SessionState,
+    decide,
+    evolve,
+)
+from duplex_es.domain.commands import ClientCommand, Command
+from duplex_es.events import CommandRejected, ItemRetrieved, SessionClosed, SessionExpired, join_audio
+from duplex_es.protocol import project
 from duplex_es.store import EventLog, Recorded, WrongExpectedSeq
 
-__all__ = ["SessionHost", "new_id"]
+__all__ = ["SessionHost", "new_id", "now_ms"]
 
 log = logging.getLogger(__name__)
 
 COMMANDS = Counter("duplex_es_commands_total", "Client commands by verdict", ["verdict"])
-WIRE_EVENTS = Counter("duplex_es_wire_events_total", "Server events sent to clients")
+WIRE_EVENTS = Counter("duplex_es_wire_events_total", "Server events produced for clients")
 APPEND_SECONDS = Histogram(
     "duplex_es_append_seconds",
     "Time to append one command's batch to the log",
@@ -37,7 +48,7 @@ APPEND_SECONDS = Histogram(
 #: How many times a command is re-decided after losing an append race to a worker.
 MAX_RETRIES = 50
 
-Send = Callable[[str], Awaitable[None]]
+_END = object()
 
 
 def new_id(prefix: str) -> str:
@@ -45,27 +56,42 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(8)}"
 
 
+def now_ms() -> int:
+    """The wall clock in Unix ms: only ever read outside the domain, and logged (DESIGN I11)."""
+    return time.time_ns() // 1_000_000
+
+
 class SessionHost:
-    """One session owned by this server process.
+    """One session owned by this process: the in-process handle of the Python API.
+
+    Commands go in with :meth:`submit`; the server events they (and worker outputs) produce come
+    out of :meth:`events`, in log order, as GA Realtime dicts stamped with their log-derived
+    ``event_id`` and ``server_event_seq``.
 
     Args:
         log: the event log.
         session_id: the session.
-        send: coroutine that sends one text frame to the client; ``None`` while detached.
     """
 
-    def __init__(self, log: EventLog, session_id: str, send: Optional[Send] = None) -> None:
+    def __init__(self, log: EventLog, session_id: str) -> None:
         self.log = log
         self.session_id = session_id
         self.state = SessionState()
-        self._send = send
         self._lock = asyncio.Lock()
-        self.closed = asyncio.Event()
+        self._queue: Optional[asyncio.Queue] = None
+        self.ended = asyncio.Event()
+        self.last_activity_ms = now_ms()
 
     # ----------------------------------------------------------------------------------- public
 
-    async def handle(self, command: Command) -> None:
-        """Decide, append and publish one command, then let the session advance."""
+    async def submit(self, command: Command) -> None:
+        """Decide, append and publish one command, then let the session advance.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the log could not be written (nothing was published).
+        """
+        if isinstance(command, ClientCommand):
+            self.last_activity_ms = now_ms()
         async with self._lock:
             await self._execute(command, getattr(command, "event_id", None))
             await self._pump()
@@ -76,9 +102,31 @@ class SessionHost:
             await self._catch_up()
             await self._pump()
 
-    def detach(self) -> None:
-        """Stop sending: the client is gone. The session stays in the log."""
-        self._send = None
+    def attach(self) -> None:
+        """Start a fresh event stream for a new listener (events from now on)."""
+        if self._queue is not None:
+            self._queue.put_nowait(_END)
+        self._queue = asyncio.Queue()
+
+    async def detach(self, reason: str = "connection_closed") -> None:
+        """The listener is gone without ``session.close``: stop streaming, log ``session.detached``
+        (cancelling what was generating); the session waits for a resume or its expiry."""
+        if self._queue is not None:
+            self._queue.put_nowait(_END)
+            self._queue = None
+        await self.submit(Detach(at_ms=now_ms(), reason=reason))
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        """The server events for the current listener, until the session ends or a new
+        listener attaches."""
+        queue = self._queue
+        if queue is None:
+            return
+        while True:
+            item = await queue.get()
+            if item is _END:
+                return
+            yield item
 
     # --------------------------------------------------------------------------------- internals
 
@@ -110,7 +158,7 @@ class SessionHost:
                 )
                 key = None
                 continue
-            if not isinstance(command, Pump):
+            if isinstance(command, ClientCommand):
                 rejected = isinstance(events[0], CommandRejected)
                 COMMANDS.labels("rejected" if rejected else "accepted").inc()
                 if rejected:
@@ -124,8 +172,9 @@ class SessionHost:
         await self._publish(records)
 
     async def _pump(self) -> None:
-        # A worker output may let the response advance (next tick) or end (response.done).
-        await self._execute(Pump(request_id=new_id("req")), None)
+        # A worker output may let a response advance (next tick) or end (response.done).
+        ids = tuple(new_id("req") for _ in range(1 + MAX_OUT_OF_BAND_RESPONSES))
+        await self._execute(Pump(request_ids=ids), None)
 
     async def _publish(self, records: Iterable[Recorded]) -> None:
         for r in records:
@@ -133,17 +182,19 @@ class SessionHost:
                 raise RuntimeError(f"session {self.session_id}: got seq {r.seq} after {self.state.seq}")
             before = self.state
             self.state = evolve(before, r.seq, r.event)
-            for wire in project(before, r.seq, r.event, self.state):
-                await self._emit(wire)
-            if isinstance(r.event, SessionClosed):
-                self.closed.set()
-
-    async def _emit(self, wire: dict[str, Any]) -> None:
-        if self._send is None:
-            return
-        try:
-            await self._send(encode_wire(wire))
-            WIRE_EVENTS.inc()
-        except Exception as exc:  # the socket went away mid-send; the log has everything
-            log.info("session %s: client gone while sending (%s)", self.session_id, exc)
-            self._send = None
+            audio = None
+            if isinstance(r.event, ItemRetrieved):
+                item = self.state.items.get(r.event.item_id)
+                seqs = item.audio_seqs if item is not None else ()
+                logged = await asyncio.to_thread(self.log.read_seqs, self.session_id, seqs)
+                data = join_audio(x.event for x in logged)
+                audio = lambda _seqs, data=data: data  # noqa: E731
+            for wire in project(before, r.seq, r.event, self.state, audio):
+                WIRE_EVENTS.inc()
+                if self._queue is not None:
+                    self._queue.put_nowait(wire)
+            if isinstance(r.event, (SessionClosed, SessionExpired)):
+                self.ended.set()
+                if self._queue is not None:
+                    self._queue.put_nowait(_END)
+                    self._queue = None

@@ -6,7 +6,7 @@ CPU reference engines: the worker's claims, fencing and commits do not change (D
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, runtime_checkable
+from typing import Callable, Optional, Protocol, runtime_checkable
 
 import attrs
 
@@ -62,16 +62,20 @@ class TickContext:
 class EngineOutput:
     """One step's output.
 
-    ``audio`` is PCM16 LE in the tick's output format (empty for text); ``text_delta`` the text
-    this chunk adds; ``marks`` text/audio alignment points, cumulative over the response;
-    ``final`` ends the response; ``input_transcripts`` report what the engine heard.
+    ``audio`` is in the tick's output format (empty for text); ``text_delta`` the text this
+    chunk adds; ``marks`` text/audio alignment points, cumulative over the current item;
+    ``new_item`` starts a new output item with this chunk; ``final`` ends the response,
+    ``incomplete_reason`` (e.g. ``max_output_tokens``) ending it ``incomplete``;
+    ``input_transcripts`` report what the engine heard.
     """
 
     echo: TickIdentity
     audio: bytes = b""
     text_delta: str = ""
     marks: tuple[Mark, ...] = ()
+    new_item: bool = False
     final: bool = False
+    incomplete_reason: Optional[str] = None
     input_transcripts: tuple[InputTranscript, ...] = ()
 
 

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Sequence
 
-from duplex_es.events import AudioAppended, Event, TickFailed, TickOutput
+from duplex_es.events import AudioAppended, Event, ItemCreated, TickFailed, TickOutput, join_audio
 from duplex_es.store import Claim, ClaimLost, EventLog, TickQueue
 from duplex_es.worker.engine import Engine, EngineError, EngineOutput, TickContext
 
@@ -35,10 +35,13 @@ def output_events(claim: Claim, engine_name: str, out: EngineOutput) -> list[Eve
             epoch=e.epoch,
             chunk_index=e.chunk_index,
             applied_event_ids=e.applied_event_ids,
+            # Derived from the tick, so a worker that takes the tick over names the item the same.
+            new_item_id="item_" + e.request_id.removeprefix("req_") if out.new_item else None,
             audio=base64.b64encode(out.audio).decode("ascii"),
             text_delta=out.text_delta,
             marks=out.marks,
             final=out.final,
+            incomplete_reason=out.incomplete_reason,
             input_transcripts=out.input_transcripts,
             engine=engine_name,
         )
@@ -95,16 +98,14 @@ class Worker:
         self.committed = 0
 
     def read_audio(self, session_id: str, seqs: tuple[int, ...]) -> bytes:
-        """Concatenate the audio of the appends at ``seqs``."""
+        """Concatenate the audio logged by the events at ``seqs`` (appends or created items)."""
         records = self.log.read_seqs(session_id, seqs)
         if [r.seq for r in records] != sorted(seqs):
-            raise EngineError("input_missing", f"appends {seqs} are not all in the log")
-        parts = []
+            raise EngineError("input_missing", f"audio events {seqs} are not all in the log")
         for r in records:
-            if not isinstance(r.event, AudioAppended):
-                raise EngineError("input_missing", f"seq {r.seq} is a {r.event.TYPE}, not an audio append")
-            parts.append(base64.b64decode(r.event.audio))
-        return b"".join(parts)
+            if not isinstance(r.event, (AudioAppended, ItemCreated)):
+                raise EngineError("input_missing", f"seq {r.seq} is a {r.event.TYPE}, which holds no input audio")
+        return join_audio(r.event for r in records)
 
     def run_once(self) -> bool:
         """Claim and run at most one tick; ``True`` if there was one."""

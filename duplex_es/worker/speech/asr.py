@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 
-from duplex_es.worker.speech.resample import resample_pcm16
+from duplex_es.audio.resample import resample_pcm16
 
 __all__ = ["Recognizer", "ASR_RATE"]
 

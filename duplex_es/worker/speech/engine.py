@@ -1,8 +1,9 @@
 """The reference speech engine: a deterministic cascade echo agent on the CPU.
 
-Per response: pocketsphinx transcribes the user item's audio, the reply is built from the
-transcript ("You said: ..."), espeak-ng speaks it with word marks, and the audio is streamed one
-chunk of ``chunk_ms`` per tick. The plan of a response (transcript, reply, audio) is a pure
+Per response: pocketsphinx transcribes the user item's audio, the reply echoes what was heard
+and typed — one output item per sentence ("You said: ...") — espeak-ng speaks each item with word
+marks, and the audio is streamed one chunk of ``chunk_ms`` per tick in the response's output
+format (PCM16 at 24 or 16 kHz, G.711 mu-law or a-law at 8 kHz). The plan of a response is a pure
 function of its tick inputs and is cached per worker, so tick ``k`` on any worker produces the
 same bytes — a worker that takes over a tick after a crash continues the same audio.
 """
@@ -10,53 +11,72 @@ same bytes — a worker that takes over a tick after a crash continues the same 
 from __future__ import annotations
 
 import logging
+import re
 from collections import OrderedDict
-
 import attrs
+import numpy as np
 
+from duplex_es.audio import decode_to_pcm16, encode_from_pcm16
+from duplex_es.audio.pcm import bytes_per_sample
 from duplex_es.events import InputTranscript, Mark, SpeechInputs
 from duplex_es.worker.engine import EngineError, EngineOutput, TickContext
 from duplex_es.worker.speech.tts import ESPEAK_VOICES
 
-__all__ = ["CascadeSpeechEngine", "SpeechPlan", "reply_text"]
+__all__ = ["CascadeSpeechEngine", "ItemPlan", "SpeechPlan", "reply_items", "reply_text", "MAX_REPLY_CHARS", "MAX_REPLY_ITEMS"]
 
 log = logging.getLogger(__name__)
 
 #: Words per tick when the response is text only.
 TEXT_WORDS_PER_CHUNK = 4
 
-#: The longest reply the echo agent speaks, in characters (about a minute of speech): a reply
-#: is one tick's plan, held in memory, so its size must not depend on what a client sends.
+#: The longest reply the echo agent gives, in characters (about a minute of speech): a reply is
+#: one plan held in memory, so its size must not depend on what a client sends. A longer reply
+#: is cut and the response ends ``incomplete`` (``max_output_tokens``).
 MAX_REPLY_CHARS = 1000
+
+#: The most output items (sentences) one reply has.
+MAX_REPLY_ITEMS = 4
+
+_SENTENCE = re.compile(r"[^.!?]+[.!?]*")
+
+
+def reply_items(transcript: str, typed: str) -> tuple[list[str], bool]:
+    """The echo agent's reply: one item per sentence of what was typed and heard, and whether
+    the reply was cut to :data:`MAX_REPLY_ITEMS` items / :data:`MAX_REPLY_CHARS` characters."""
+    sentences = [s.strip() for s in _SENTENCE.findall(typed.strip()) if s.strip()]
+    if transcript.strip():
+        sentences.append(transcript.strip())
+    if not sentences:
+        return ["I did not catch that. Could you say it again?"], False
+    cut = len(sentences) > MAX_REPLY_ITEMS
+    items, total = [], 0
+    for s in sentences[:MAX_REPLY_ITEMS]:
+        text = f"You said: {s.rstrip('.!?')}."
+        room = MAX_REPLY_CHARS - total
+        if len(text) > room:
+            text = text[: max(room - 3, 0)].rsplit(" ", 1)[0] + "..."
+            cut = True
+        items.append(text)
+        total += len(text)
+        if total >= MAX_REPLY_CHARS - 3:
+            cut = cut or len(items) < len(sentences)
+            break
+    return items, cut
 
 
 def reply_text(transcript: str, typed: str) -> str:
-    """The echo agent's reply to what it heard (``transcript``) and what was typed, at most
-    :data:`MAX_REPLY_CHARS` characters (cut at a word, ending with "...")."""
-    heard = " ".join(x for x in (typed.strip(), transcript.strip()) if x)
-    if not heard:
-        return "I did not catch that. Could you say it again?"
-    reply = f"You said: {heard}."
-    if len(reply) > MAX_REPLY_CHARS:
-        cut = reply[: MAX_REPLY_CHARS - 3].rsplit(" ", 1)[0]
-        reply = cut + "..."
-    return reply
+    """The whole reply as one string (its items joined with spaces)."""
+    return " ".join(reply_items(transcript, typed)[0])
 
 
 @attrs.frozen
-class SpeechPlan:
-    """Everything a response will say: its text, its audio and their alignment."""
+class ItemPlan:
+    """One output item: its text, its audio in the output format, and word marks."""
 
-    transcript: str
     text: str
-    pcm: bytes
-    rate: int
+    audio: bytes
     marks: tuple[tuple[int, int], ...]  # (char offset of a word, its start in ms)
-
-    @property
-    def total_ms(self) -> int:
-        """Length of the reply audio in ms."""
-        return len(self.pcm) // 2 * 1000 // self.rate
+    duration_ms: int
 
     def chars_at(self, ms: int) -> int:
         """Characters of the words that start before ``ms``."""
@@ -64,6 +84,17 @@ class SpeechPlan:
             if start >= ms:
                 return offset
         return len(self.text)
+
+
+@attrs.frozen
+class SpeechPlan:
+    """Everything a response will say, and how it is cut into ticks: ``chunks[k]`` is
+    ``(item index, chunk index within the item)``."""
+
+    transcript: str
+    items: tuple[ItemPlan, ...]
+    cut: bool
+    chunks: tuple[tuple[int, int], ...]
 
 
 class CascadeSpeechEngine:
@@ -91,62 +122,83 @@ class CascadeSpeechEngine:
         self._plans: OrderedDict[tuple[str, str], SpeechPlan] = OrderedDict()
         self._cache_size = cache_size
 
-    def _plan(self, ctx: TickContext) -> SpeechPlan:
+    def plan(self, ctx: TickContext) -> SpeechPlan:
+        """The response's plan (computed once per worker, then cached)."""
         key = (ctx.session_id, ctx.tick.response_id)
         plan = self._plans.get(key)
         if plan is not None:
             self._plans.move_to_end(key)
             return plan
-        inputs: SpeechInputs = ctx.tick.inputs
-        if inputs.input_format.type != "audio/pcm" or inputs.output_format.type != "audio/pcm":
-            raise EngineError("unsupported_audio_format", "the reference engine speaks audio/pcm only")
-        transcript = ""
-        if inputs.user_audio_seqs:
-            transcript = self._asr.transcribe(ctx.read_audio(inputs.user_audio_seqs), inputs.input_format.rate)
-        text = reply_text(transcript, inputs.user_text)
-        rate = inputs.output_format.rate
-        if "audio" in inputs.output_modalities:
-            if inputs.voice not in ESPEAK_VOICES:
-                raise EngineError("unsupported_voice", f"the reference engine has no voice {inputs.voice!r}")
-            speech = self._tts.synthesize(text, rate, inputs.voice)
-            plan = SpeechPlan(transcript, text, speech.pcm, rate, tuple((m.char_offset, m.audio_ms) for m in speech.marks))
-        else:
-            plan = SpeechPlan(transcript, text, b"", rate, ())
-        log.info("planned %s/%s: heard %r, replying %r (%d ms)", ctx.session_id, ctx.tick.response_id, transcript, text, plan.total_ms)
+        plan = self._make_plan(ctx)
         self._plans[key] = plan
         while len(self._plans) > self._cache_size:
             self._plans.popitem(last=False)
         return plan
 
+    def _make_plan(self, ctx: TickContext) -> SpeechPlan:
+        inputs: SpeechInputs = ctx.tick.inputs
+        transcript = ""
+        if inputs.user_audio_seqs:
+            raw = ctx.read_audio(inputs.user_audio_seqs)
+            pcm = decode_to_pcm16(raw, inputs.input_format.type)
+            transcript = self._asr.transcribe(pcm.tobytes(), inputs.input_format.rate)
+        texts, cut = reply_items(transcript, inputs.user_text)
+        fmt = inputs.output_format
+        items = []
+        for text in texts:
+            if "audio" in inputs.output_modalities:
+                if inputs.voice not in ESPEAK_VOICES:
+                    raise EngineError("unsupported_voice", f"the reference engine has no voice {inputs.voice!r}")
+                speech = self._tts.synthesize(text, fmt.rate, inputs.voice)
+                audio = encode_from_pcm16(np.frombuffer(speech.pcm, dtype="<i2"), fmt.type)
+                items.append(ItemPlan(text, audio, tuple((m.char_offset, m.audio_ms) for m in speech.marks), speech.duration_ms))
+            else:
+                items.append(ItemPlan(text, b"", (), 0))
+        chunks = []
+        for i, item in enumerate(items):
+            if item.audio:
+                n = max(1, -(-item.duration_ms // self.chunk_ms))
+            else:
+                n = max(1, -(-len(item.text.split(" ")) // TEXT_WORDS_PER_CHUNK))
+            chunks += [(i, j) for j in range(n)]
+        log.info("planned %s/%s: heard %r, replying %r", ctx.session_id, ctx.tick.response_id, transcript, texts)
+        return SpeechPlan(transcript, tuple(items), cut, tuple(chunks))
+
     def step(self, ctx: TickContext) -> EngineOutput:
         """Produce chunk ``ctx.tick.chunk_index`` of the response."""
-        plan = self._plan(ctx)
+        plan = self.plan(ctx)
         k = ctx.tick.chunk_index
+        if k >= len(plan.chunks):
+            raise EngineError("chunk_out_of_range", f"the reply has {len(plan.chunks)} chunks, not {k + 1}")
+        i, j = plan.chunks[k]
+        item = plan.items[i]
+        final = k == len(plan.chunks) - 1
+        last_of_item = k + 1 == len(plan.chunks) or plan.chunks[k + 1][0] != i
         heard: tuple[InputTranscript, ...] = ()
         reply_to = ctx.tick.inputs.reply_to_item_id
         if k == 0 and reply_to is not None and ctx.tick.inputs.user_audio_seqs:
             heard = (InputTranscript(item_id=reply_to, transcript=plan.transcript),)
-        if not plan.pcm:
-            words = plan.text.split(" ")
-            part = words[k * TEXT_WORDS_PER_CHUNK : (k + 1) * TEXT_WORDS_PER_CHUNK]
-            final = (k + 1) * TEXT_WORDS_PER_CHUNK >= len(words)
-            delta = " ".join(part) + ("" if final else " ")
-            return EngineOutput(echo=ctx.identity, text_delta=delta, final=final, input_transcripts=heard)
-        start_ms, end_ms = k * self.chunk_ms, min((k + 1) * self.chunk_ms, plan.total_ms)
-        if start_ms >= plan.total_ms and k > 0:
-            raise EngineError("chunk_out_of_range", f"chunk {k} starts after the reply's {plan.total_ms} ms")
-        final = end_ms >= plan.total_ms
-        a = start_ms * plan.rate // 1000 * 2
-        b = len(plan.pcm) if final else end_ms * plan.rate // 1000 * 2
-        c0, c1 = plan.chars_at(start_ms), (len(plan.text) if final else plan.chars_at(end_ms))
-        marks = tuple(Mark(text_chars=o, audio_ms=ms) for o, ms in plan.marks if start_ms <= ms < end_ms)
-        if final:
-            marks += (Mark(text_chars=len(plan.text), audio_ms=plan.total_ms),)
-        return EngineOutput(
+        common = dict(
             echo=ctx.identity,
-            audio=plan.pcm[a:b],
-            text_delta=plan.text[c0:c1],
-            marks=marks,
+            new_item=j == 0 and i > 0,
             final=final,
+            incomplete_reason="max_output_tokens" if final and plan.cut else None,
             input_transcripts=heard,
         )
+        if not item.audio:
+            words = item.text.split(" ")
+            part = words[j * TEXT_WORDS_PER_CHUNK : (j + 1) * TEXT_WORDS_PER_CHUNK]
+            delta = " ".join(part) + ("" if last_of_item else " ")
+            return EngineOutput(text_delta=delta, **common)  # type: ignore[arg-type]
+        fmt = ctx.tick.inputs.output_format
+        per_ms_samples = fmt.rate // 1000
+        width = bytes_per_sample(fmt.type)
+        start_ms, end_ms = j * self.chunk_ms, min((j + 1) * self.chunk_ms, item.duration_ms)
+        a = start_ms * per_ms_samples * width
+        b = len(item.audio) if last_of_item else end_ms * per_ms_samples * width
+        c0, c1 = item.chars_at(start_ms), (len(item.text) if last_of_item else item.chars_at(end_ms))
+        marks = tuple(Mark(text_chars=o, audio_ms=ms) for o, ms in item.marks if start_ms <= ms < end_ms)
+        if last_of_item:
+            marks += (Mark(text_chars=len(item.text), audio_ms=item.duration_ms),)
+        return EngineOutput(audio=item.audio[a:b], text_delta=item.text[c0:c1], marks=marks, **common)  # type: ignore[arg-type]
+

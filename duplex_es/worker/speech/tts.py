@@ -12,7 +12,7 @@ import threading
 import attrs
 import numpy as np
 
-from duplex_es.worker.speech.resample import resample_pcm16
+from duplex_es.audio.resample import resample_pcm16
 
 __all__ = ["Synthesizer", "Synthesis", "WordMark", "ESPEAK_VOICES"]
 

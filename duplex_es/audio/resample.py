@@ -1,4 +1,4 @@
-"""Sample-rate conversion for the reference speech engine (numpy, deterministic)."""
+"""Sample-rate conversion (numpy, deterministic)."""
 
 from __future__ import annotations
 

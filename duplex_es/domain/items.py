@@ -1,0 +1,175 @@
+"""Conversation items: create (with ``previous_item_id`` or ``root``), retrieve, delete and
+truncate (``reference/realtime-protocol.md`` §1.2, §1.6; DESIGN §4 "Truncate").
+
+Truncating assistant audio keeps the heard prefix of the transcript (duplex_es's rule), or
+removes the transcript under the session option ``transcript_on_truncate: "remove"`` (OpenAI's
+rule). Truncation is idempotent, works on incomplete items and after later turns.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from duplex_es.domain.commands import ROOT, CreateItem, DeleteItem, RetrieveItem, TruncateItem
+from duplex_es.domain.errors import Code
+from duplex_es.domain.limits import MAX_BUFFER_MS, MAX_INPUT_TEXT_CHARS
+from duplex_es.domain.playback import history_transcript, maybe_release, refresh_transcripts
+from duplex_es.domain.rules import decider, evolver, put_item, put_response, reject
+from duplex_es.domain.state import Item, SessionState
+from duplex_es.events import Event, ItemCreated, ItemDeleted, ItemRetrieved, ItemTruncated
+
+_PARTS_BY_ROLE = {"user": {"input_text", "input_audio"}, "system": {"input_text"}, "assistant": {"output_text"}}
+
+
+@decider.register
+def _(cmd: CreateItem, state: SessionState) -> list[Event]:
+    if cmd.role not in _PARTS_BY_ROLE:
+        return reject(cmd, Code.INVALID_ITEM, f"role must be user, assistant or system, not {cmd.role[:32]!r}", "item.role")
+    allowed = _PARTS_BY_ROLE[cmd.role]
+    for i, part in enumerate(cmd.content):
+        if part.type not in allowed:
+            if cmd.role == "assistant" and part.type in ("output_audio", "audio"):
+                return reject(cmd, Code.TRUNCATE_UNSUPPORTED_CONTENT, "assistant audio messages cannot be created", f"item.content[{i}].type")
+            return reject(
+                cmd, Code.INVALID_ITEM, f"a {cmd.role} item cannot hold {part.type[:32]!r} content", f"item.content[{i}].type"
+            )
+    if not cmd.content:
+        return reject(cmd, Code.INVALID_ITEM, "an item needs at least one content part", "item.content")
+    if cmd.item_id in state.items:
+        return reject(cmd, Code.ITEM_EXISTS, f"an item with id {cmd.item_id!r} already exists", "item.id")
+    previous = cmd.previous_item_id
+    if previous not in (None, ROOT) and previous not in state.item_order:
+        return reject(
+            cmd, Code.PREVIOUS_ITEM_NOT_FOUND, f"previous_item_id {str(previous)[:64]!r} is not in the conversation", "previous_item_id"
+        )
+    fmt = state.config.input_format  # type: ignore[union-attr]
+    text = sum(len(p.text) for p in cmd.content)
+    if text > MAX_INPUT_TEXT_CHARS:
+        return reject(cmd, Code.INPUT_TEXT_TOO_LONG, f"an item holds at most {MAX_INPUT_TEXT_CHARS} characters of text", "item.content")
+    per_sample = 2 if fmt.type == "audio/pcm" else 1
+    if cmd.audio_nbytes % per_sample:
+        return reject(cmd, Code.INVALID_AUDIO_LENGTH, f"{fmt.type} audio needs a multiple of {per_sample} bytes", "item.content")
+    samples = cmd.audio_nbytes // per_sample
+    if samples * 1000 > MAX_BUFFER_MS * fmt.rate:
+        return reject(cmd, Code.BUFFER_FULL, f"an item holds at most {MAX_BUFFER_MS // 1000} s of audio", "item.content")
+    resolved = None if previous == ROOT else (previous if previous is not None else state.last_item_id)
+    return [
+        ItemCreated(
+            client_event_id=cmd.event_id,
+            item_id=cmd.item_id,
+            previous_item_id=resolved,
+            role=cmd.role,
+            content=cmd.content,
+            samples=samples,
+        )
+    ]
+
+
+@decider.register
+def _(cmd: RetrieveItem, state: SessionState) -> list[Event]:
+    if cmd.item_id not in state.items:
+        return reject(cmd, Code.RETRIEVE_INVALID_ITEM, f"the item with id '{cmd.item_id[:64]}' does not exist", "item_id")
+    return [ItemRetrieved(client_event_id=cmd.event_id, item_id=cmd.item_id)]
+
+
+@decider.register
+def _(cmd: DeleteItem, state: SessionState) -> list[Event]:
+    item = state.items.get(cmd.item_id)
+    if item is None or not item.in_conversation:
+        return reject(
+            cmd, Code.DELETE_INVALID_ITEM, f"Error deleting item: the item with id '{cmd.item_id[:64]}' does not exist.", "item_id"
+        )
+    if item.response_id is not None and item.response_id in state.responses and state.responses[item.response_id].active:
+        return reject(cmd, Code.ITEM_IN_PROGRESS, f"item {cmd.item_id} belongs to a response in progress; cancel it first", "item_id")
+    return [ItemDeleted(client_event_id=cmd.event_id, item_id=cmd.item_id)]
+
+
+@decider.register
+def _(cmd: TruncateItem, state: SessionState) -> list[Event]:
+    item = state.items.get(cmd.item_id)
+    if item is None:
+        return reject(
+            cmd, Code.TRUNCATE_INVALID_ITEM, f"Error truncating item: the item with id '{cmd.item_id[:64]}' does not exist.", "item_id"
+        )
+    if item.role != "assistant" or item.content_type != "output_audio":
+        return reject(cmd, Code.TRUNCATE_UNSUPPORTED_CONTENT, "Only model output audio messages can be truncated", "item_id")
+    if cmd.content_index != 0:
+        return reject(cmd, Code.INVALID_CONTENT_INDEX, "an audio item has one content part: content_index must be 0", "content_index")
+    if cmd.audio_end_ms < 0:
+        return reject(cmd, Code.TRUNCATE_OUT_OF_RANGE, "audio_end_ms must be >= 0", "audio_end_ms")
+    if cmd.audio_end_ms > item.audio_ms:
+        return reject(
+            cmd,
+            Code.TRUNCATE_OUT_OF_RANGE,
+            f"Audio content of {item.audio_ms}ms is already shorter than {cmd.audio_end_ms}ms",
+            "audio_end_ms",
+        )
+    remove = state.config is not None and state.config.transcript_on_truncate == "remove"
+    return [
+        ItemTruncated(
+            client_event_id=cmd.event_id, item_id=item.id, content_index=0, audio_end_ms=cmd.audio_end_ms, remove_transcript=remove
+        )
+    ]
+
+
+# ---------------------------------------------------------------------------------- evolvers
+
+
+@evolver.register
+def _(ev: ItemCreated, state: SessionState, seq: int) -> SessionState:
+    text = "".join(p.text for p in ev.content)
+    has_audio = any(p.type == "input_audio" for p in ev.content)
+    fmt = state.config.input_format  # type: ignore[union-attr]
+    if ev.role == "assistant":
+        item = Item(id=ev.item_id, role="assistant", content_type="output_text", full_text=text, transcript=text, complete=True)
+    else:
+        item = Item(
+            id=ev.item_id,
+            role=ev.role,
+            content_type="input_audio" if has_audio else "input_text",
+            audio_seqs=(seq,) if has_audio else (),
+            input_samples=ev.samples,
+            input_text=text,
+            audio_format=fmt,
+        )
+    state = put_item(state, item, after=ev.previous_item_id)
+    state = attrs.evolve(state, unapplied=state.unapplied + (seq,))
+    if ev.role == "user":
+        state = attrs.evolve(state, last_commit_seq=seq)
+    return state
+
+
+@evolver.register
+def _(ev: ItemDeleted, state: SessionState, seq: int) -> SessionState:
+    return attrs.evolve(
+        state,
+        items={k: v for k, v in state.items.items() if k != ev.item_id},
+        item_order=tuple(i for i in state.item_order if i != ev.item_id),
+        unapplied=state.unapplied + (seq,),
+    )
+
+
+@evolver.register
+def _(ev: ItemRetrieved, state: SessionState, seq: int) -> SessionState:
+    return state  # a read, logged like every command
+
+
+@evolver.register
+def _(ev: ItemTruncated, state: SessionState, seq: int) -> SessionState:
+    item = state.items[ev.item_id]
+    cap = ev.audio_end_ms if item.truncated_ms is None else min(item.truncated_ms, ev.audio_end_ms)
+    item = attrs.evolve(item, truncated_ms=cap, transcript_removed=item.transcript_removed or ev.remove_transcript)
+    state = put_item(state, item)
+    resp = state.responses.get(item.response_id) if item.response_id else None
+    if resp is not None:
+        end = item.offset_ms + cap
+        resp = attrs.evolve(
+            resp,
+            committed_ms=min(resp.committed_ms, end),
+            cap_ms=end if resp.cap_ms is None else min(resp.cap_ms, end),
+        )
+        state = refresh_transcripts(put_response(state, resp), resp.id)
+        state = maybe_release(state, resp.id)
+    else:
+        state = put_item(state, attrs.evolve(item, transcript=history_transcript(item, None)))
+    return attrs.evolve(state, unapplied=state.unapplied + (seq,))

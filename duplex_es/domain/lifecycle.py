@@ -1,0 +1,235 @@
+"""The session's life: configuration, heartbeats and turn signals, close, and the lease
+(detach, resume, expiry).
+
+Time never comes from a clock here: a detach carries the host's time, an expiry the reaper's
+(DESIGN I11). A resume is a compare-and-swap on the lease generation: the loser of two resumes
+gets ``session_resume_conflict`` (DESIGN §4, Leases).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from duplex_es.audio import is_supported
+from duplex_es.domain.commands import UNSET, CloseSession, Detach, Expire, Heartbeat, Resume, TurnSignal, UpdateSession
+from duplex_es.domain.errors import Code
+from duplex_es.domain.limits import MAX_INSTRUCTIONS_CHARS, VOICES
+from duplex_es.domain.responses import cancel_events
+from duplex_es.domain.rules import decider, evolver, reject
+from duplex_es.domain.state import Lease, SessionState
+from duplex_es.events import (
+    CommandRejected,
+    Event,
+    HeartbeatReceived,
+    SessionClosed,
+    SessionDetached,
+    SessionExpired,
+    SessionOpened,
+    SessionResumed,
+    SessionUpdated,
+    TurnDetection,
+    TurnSignaled,
+    VadState,
+)
+
+__all__ = ["TURN_SIGNALS", "merge_turn_detection"]
+
+#: Informational ``turn.signal`` names a client may send.
+TURN_SIGNALS = frozenset({"user_started", "user_stopped", "assistant_started", "assistant_done"})
+
+_MODEL_FIELDS = ("instructions", "voice", "output_modalities", "output_format")
+_TD = "session.audio.input.turn_detection"
+
+
+def merge_turn_detection(current: TurnDetection | None, patch: dict[str, Any]) -> tuple[TurnDetection | None, tuple[str, str] | None]:
+    """Merge a partial ``turn_detection`` object field-wise into the current settings (OpenAI's
+    defaults fill what was never set). Returns the result, or ``(None, (param, message))``."""
+    kind = patch.get("type", current.type if current else "server_vad")
+    if kind != "server_vad":
+        return None, (f"{_TD}.type", f"turn detection {str(kind)[:32]!r} is not supported; use server_vad or null")
+    base = current or TurnDetection()
+    checks = {
+        "threshold": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0, "a number in [0, 1]"),
+        "prefix_padding_ms": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 10_000, "an integer in [0, 10000]"),
+        "silence_duration_ms": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 10 <= v <= 10_000, "an integer in [10, 10000]"),
+        "create_response": (lambda v: isinstance(v, bool), "a boolean"),
+        "interrupt_response": (lambda v: isinstance(v, bool), "a boolean"),
+    }
+    changes: dict[str, Any] = {}
+    for key, value in patch.items():
+        if key == "type":
+            continue
+        if key not in checks:
+            return None, (f"{_TD}.{key}", f"{key} is not supported by duplex_es server VAD")
+        ok, want = checks[key]
+        if not ok(value):
+            return None, (f"{_TD}.{key}", f"{key} must be {want}")
+        changes[key] = float(value) if key == "threshold" else value
+    return attrs.evolve(base, **changes), None
+
+
+@decider.register
+def _(cmd: UpdateSession, state: SessionState) -> list[Event]:
+    cfg = state.config
+    assert cfg is not None
+    p = cmd.patch
+    if p.model is not UNSET and p.model != cfg.model:
+        return reject(cmd, Code.MODEL_UPDATE_UNSUPPORTED, "the model cannot change within a session", "session.model")
+    for name, param in (("input_format", "session.audio.input.format"), ("output_format", "session.audio.output.format")):
+        fmt = getattr(p, name)
+        if fmt is not UNSET and not is_supported(fmt.type, fmt.rate):
+            return reject(
+                cmd,
+                Code.UNSUPPORTED_AUDIO_FORMAT,
+                f"unsupported audio format {fmt.type} at {fmt.rate} Hz; supported: audio/pcm at 24000 or 16000 Hz, "
+                "audio/pcmu and audio/pcma at 8000 Hz",
+                param,
+            )
+    if p.input_format is not UNSET and p.input_format != cfg.input_format and not state.buffer.empty:
+        return reject(
+            cmd,
+            Code.BUFFER_NOT_EMPTY,
+            "the input format cannot change while the input buffer holds audio; commit or clear it first",
+            "session.audio.input.format",
+        )
+    turn_detection = cfg.turn_detection
+    if p.turn_detection is not UNSET:
+        if p.turn_detection is None:
+            turn_detection = None
+        else:
+            turn_detection, problem = merge_turn_detection(cfg.turn_detection, p.turn_detection)  # type: ignore[arg-type]
+            if problem is not None:
+                return reject(cmd, Code.UNSUPPORTED_TURN_DETECTION, problem[1], problem[0])
+    if p.output_modalities is not UNSET and p.output_modalities not in (("audio",), ("text",)):
+        return reject(cmd, Code.UNSUPPORTED_MODALITIES, 'output_modalities must be ["audio"] or ["text"]', "session.output_modalities")
+    if p.voice is not UNSET and p.voice not in VOICES:
+        return reject(
+            cmd,
+            Code.UNSUPPORTED_VOICE,
+            f"unknown voice {str(p.voice)[:64]!r}; choose one of {', '.join(sorted(VOICES))}",
+            "session.audio.output.voice",
+        )
+    if p.voice is not UNSET and p.voice != cfg.voice and state.audio_output_started:
+        return reject(cmd, Code.VOICE_UPDATE_AFTER_AUDIO, "the voice cannot change after the session produced audio", "session.audio.output.voice")
+    if p.instructions is not UNSET and len(p.instructions) > MAX_INSTRUCTIONS_CHARS:  # type: ignore[arg-type]
+        return reject(cmd, Code.INSTRUCTIONS_TOO_LONG, f"instructions exceed {MAX_INSTRUCTIONS_CHARS} characters", "session.instructions")
+    if p.transcript_on_truncate is not UNSET and p.transcript_on_truncate not in ("heard_prefix", "remove"):
+        return reject(
+            cmd, Code.INVALID_EVENT, 'transcript_on_truncate must be "heard_prefix" or "remove"', "session.duplex.transcript_on_truncate"
+        )
+    changes = {
+        f.name: getattr(p, f.name)
+        for f in attrs.fields(type(p))
+        if getattr(p, f.name) is not UNSET and f.name not in ("model", "turn_detection")
+    }
+    new = attrs.evolve(cfg, turn_detection=turn_detection, **changes)
+    relevant = any(getattr(new, f) != getattr(cfg, f) for f in _MODEL_FIELDS)
+    return [SessionUpdated(client_event_id=cmd.event_id, config=new, model_relevant=relevant)]
+
+
+@decider.register
+def _(cmd: Heartbeat, state: SessionState) -> list[Event]:
+    return [HeartbeatReceived(client_event_id=cmd.event_id)]
+
+
+@decider.register
+def _(cmd: TurnSignal, state: SessionState) -> list[Event]:
+    if cmd.signal not in TURN_SIGNALS:
+        return reject(cmd, Code.INVALID_TURN_SIGNAL, f"unknown turn signal {cmd.signal[:32]!r}; use one of {', '.join(sorted(TURN_SIGNALS))}", "event")
+    return [TurnSignaled(client_event_id=cmd.event_id, signal=cmd.signal)]
+
+
+def _ending(state: SessionState, cause: str, reason: str, event_id=None) -> list[Event]:  # noqa: ANN001
+    """Fence everything in flight and discard what no tick will apply: the session ends."""
+    live = state.live_responses()
+    if not live and not state.ticks and not state.unapplied:
+        return []
+    return cancel_events(state, live, cause=cause, reason=reason, event_id=event_id, discard_pending=True)
+
+
+@decider.register
+def _(cmd: CloseSession, state: SessionState) -> list[Event]:
+    return _ending(state, "session_closed", "client_cancelled", cmd.event_id) + [
+        SessionClosed(client_event_id=cmd.event_id, reason=cmd.reason)
+    ]
+
+
+@decider.register
+def _(cmd: Detach, state: SessionState) -> list[Event]:
+    if state.lease.detached_at_ms is not None:
+        return []
+    live = state.live_responses()
+    # Nobody is listening: stop generating; the session waits for a resume.
+    ending = cancel_events(state, live, cause="client_disconnected", reason="client_cancelled") if live else []
+    return ending + [SessionDetached(at_ms=cmd.at_ms, reason=cmd.reason)]
+
+
+@decider.register
+def _(cmd: Resume, state: SessionState) -> list[Event]:
+    if cmd.expected_generation != state.lease.generation:
+        return reject(
+            cmd,
+            Code.RESUME_CONFLICT,
+            f"the session's lease is at generation {state.lease.generation}, not {cmd.expected_generation}: another client resumed it",
+            "expected_generation",
+        )
+    return [SessionResumed(client_event_id=cmd.event_id, lease_generation=state.lease.generation + 1, at_ms=cmd.at_ms)]
+
+
+@decider.register
+def _(cmd: Expire, state: SessionState) -> list[Event]:
+    return _ending(state, "session_expired", "session_expired") + [
+        SessionExpired(reason=cmd.reason, decided_at_ms=cmd.now_ms, since_ms=cmd.since_ms)
+    ]
+
+
+# ---------------------------------------------------------------------------------- evolvers
+
+
+@evolver.register
+def _(ev: SessionOpened, state: SessionState, seq: int) -> SessionState:
+    return attrs.evolve(state, session_id=ev.session_id, status="open", config=ev.config)
+
+
+@evolver.register
+def _(ev: SessionUpdated, state: SessionState, seq: int) -> SessionState:
+    unapplied = state.unapplied + (seq,) if ev.model_relevant else state.unapplied
+    vad = state.vad if ev.config.turn_detection is not None else VadState()
+    return attrs.evolve(state, config=ev.config, unapplied=unapplied, vad=vad)
+
+
+@evolver.register
+def _(ev: SessionClosed, state: SessionState, seq: int) -> SessionState:
+    return attrs.evolve(state, status="closed", close_reason=ev.reason)
+
+
+@evolver.register
+def _(ev: SessionExpired, state: SessionState, seq: int) -> SessionState:
+    return attrs.evolve(state, status="expired", close_reason=ev.reason)
+
+
+@evolver.register
+def _(ev: SessionDetached, state: SessionState, seq: int) -> SessionState:
+    return attrs.evolve(state, lease=attrs.evolve(state.lease, detached_at_ms=ev.at_ms))
+
+
+@evolver.register
+def _(ev: SessionResumed, state: SessionState, seq: int) -> SessionState:
+    return attrs.evolve(state, lease=Lease(generation=ev.lease_generation, detached_at_ms=None))
+
+
+@evolver.register
+def _(ev: HeartbeatReceived, state: SessionState, seq: int) -> SessionState:
+    return state
+
+
+@evolver.register
+def _(ev: TurnSignaled, state: SessionState, seq: int) -> SessionState:
+    return state
+
+
+@evolver.register
+def _(ev: CommandRejected, state: SessionState, seq: int) -> SessionState:
+    return state  # DESIGN I3: a refusal changes no derived state.

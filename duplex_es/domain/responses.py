@@ -1,0 +1,475 @@
+"""Responses, ticks and epochs (DESIGN §3 I5–I7, §4).
+
+At most one response holds the default conversation; out-of-band responses
+(``conversation: "none"``) run beside it and never join the conversation. Each response advances
+one tick at a time: the host's ``Pump`` issues the next tick after an accepted output, or ends
+the response. Every cancel path raises the epoch, names the ticks it kills and the model-feeding
+events they would have applied, and ends the response ``cancelled`` exactly once.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import attrs
+
+from duplex_es.audio import is_supported
+from duplex_es.domain.commands import BargeIn, CancelResponse, ClearOutputAudio, CreateResponse, Pump
+from duplex_es.domain.errors import Code
+from duplex_es.domain.limits import MAX_INSTRUCTIONS_CHARS, MAX_OUT_OF_BAND_RESPONSES, VOICES
+from duplex_es.domain.playback import maybe_release, refresh_transcripts
+from duplex_es.domain.rules import decider, evolver, put_item, put_response, reject
+from duplex_es.domain.state import Item, Response, SessionState, Tick
+from duplex_es.events import (
+    EpochAdvanced,
+    Event,
+    HistoryEntry,
+    OutputAudioCleared,
+    ResponseCreated,
+    ResponseDone,
+    SpeechInputs,
+    TickFailed,
+    TickIssued,
+    TickOutput,
+)
+
+__all__ = ["Verdict", "ACCEPTED", "classify_output", "speech_inputs", "cancel_events", "start_response"]
+
+
+# -------------------------------------------------------------------------------- verdicts
+
+
+@attrs.frozen
+class Verdict:
+    """``kind`` is ``accepted``, ``discarded`` (logged, never sent) or ``rejected`` (the output
+    does not echo its tick; the response fails). ``reason`` says why."""
+
+    kind: str
+    reason: str = ""
+
+    @property
+    def accepted(self) -> bool:
+        """True for an output that counts."""
+        return self.kind == "accepted"
+
+
+ACCEPTED = Verdict("accepted")
+
+
+def classify_output(state: SessionState, ev: Union[TickOutput, TickFailed]) -> Verdict:
+    """Judge an engine output against the live ticks of ``state``.
+
+    * discarded ``stale_epoch``: its tick was cancelled when the epoch moved (cancel, barge-in,
+      close, expiry) — DESIGN I7;
+    * discarded ``unknown_tick``: no live tick has its ``request_id``;
+    * rejected ``identity_mismatch``: the live tick exists but the output's ``session_id``,
+      ``response_id``, ``epoch``, ``chunk_index`` or ``applied_event_ids`` differ from it, or it
+      opens an item with an id already in use;
+    * accepted otherwise.
+    """
+    tick = state.ticks.get(ev.request_id)
+    if tick is None or tick.status != "issued":
+        return Verdict("discarded", "stale_epoch" if ev.epoch < state.epoch else "unknown_tick")
+    echo = (ev.session_id, ev.response_id, ev.epoch, ev.chunk_index, tuple(ev.applied_event_ids))
+    want = (state.session_id, tick.response_id, tick.epoch, tick.chunk_index, tick.applied_event_ids)
+    if echo != want:
+        return Verdict("rejected", "identity_mismatch")
+    if isinstance(ev, TickOutput) and ev.new_item_id is not None and ev.new_item_id in state.items:
+        return Verdict("rejected", "identity_mismatch")
+    return ACCEPTED
+
+
+# ---------------------------------------------------------------------------------- inputs
+
+
+def speech_inputs(state: SessionState, *, output_format, instructions: str, voice: str, modalities) -> SpeechInputs:
+    """What the engine reads for a new response: the newest user item and the conversation as
+    heard so far (assistant items hold only their heard prefix)."""
+    cfg = state.config
+    assert cfg is not None
+    user = state.last_user_item()
+    history = tuple(
+        HistoryEntry(
+            item_id=i.id,
+            role=i.role,
+            text=i.transcript if i.role == "assistant" else (i.transcript or i.input_text),
+            audio_ms=i.audio_ms,
+        )
+        for i in (state.items[x] for x in state.item_order)
+    )
+    return SpeechInputs(
+        reply_to_item_id=user.id if user else None,
+        user_audio_seqs=user.audio_seqs if user else (),
+        user_text=user.input_text if user else "",
+        input_format=cfg.input_format,
+        output_format=output_format,
+        instructions=instructions,
+        voice=voice,
+        output_modalities=modalities,
+        history=history,
+    )
+
+
+# ------------------------------------------------------------------------------------ create
+
+
+def start_response(state: SessionState, cmd: CreateResponse) -> list[Event]:
+    """The events of an accepted ``response.create`` (also used by server VAD), or its refusal."""
+    o = cmd.options
+    if o.conversation not in ("auto", "none"):
+        return reject(cmd, Code.UNSUPPORTED_RESPONSE_OPTION, 'conversation must be "auto" or "none"', "response.conversation")
+    active = state.active_response
+    if o.conversation == "auto" and active is not None:
+        return reject(
+            cmd,
+            Code.ACTIVE_RESPONSE,
+            f"Conversation already has an active response in progress: {active.id}. "
+            "Wait until the response is finished before creating a new one.",
+        )
+    out_of_band = [r for r in state.live_responses() if r.conversation == "none"]
+    if o.conversation == "none" and len(out_of_band) >= MAX_OUT_OF_BAND_RESPONSES:
+        return reject(
+            cmd, Code.TOO_MANY_RESPONSES, f"at most {MAX_OUT_OF_BAND_RESPONSES} out-of-band responses may run at once"
+        )
+    cfg = state.config
+    assert cfg is not None
+    modalities = cfg.output_modalities if o.output_modalities is None else o.output_modalities
+    if modalities not in (("audio",), ("text",)):
+        return reject(cmd, Code.UNSUPPORTED_MODALITIES, 'output_modalities must be ["audio"] or ["text"]', "response.output_modalities")
+    out_fmt = o.output_format or cfg.output_format
+    if not is_supported(out_fmt.type, out_fmt.rate):
+        return reject(cmd, Code.UNSUPPORTED_AUDIO_FORMAT, "unsupported output audio format", "response.audio.output.format")
+    voice = cfg.voice if o.voice is None else o.voice
+    if voice not in VOICES:
+        return reject(cmd, Code.UNSUPPORTED_VOICE, f"unknown voice {voice[:64]!r}", "response.audio.output.voice")
+    instructions = cfg.instructions if o.instructions is None else o.instructions
+    if len(instructions) > MAX_INSTRUCTIONS_CHARS:
+        return reject(cmd, Code.INSTRUCTIONS_TOO_LONG, f"instructions exceed {MAX_INSTRUCTIONS_CHARS} characters", "response.instructions")
+    in_conversation = o.conversation == "auto"
+    inputs = speech_inputs(state, output_format=out_fmt, instructions=instructions, voice=voice, modalities=modalities)
+    return [
+        ResponseCreated(
+            client_event_id=cmd.event_id,
+            response_id=cmd.response_id,
+            item_id=cmd.item_id,
+            previous_item_id=state.last_item_id if in_conversation else None,
+            output_modalities=modalities,
+            voice=voice,
+            instructions=instructions,
+            output_format=out_fmt,
+            conversation=o.conversation,
+            answers_commit_seq=state.last_commit_seq,
+        ),
+        TickIssued(
+            request_id=cmd.request_id,
+            response_id=cmd.response_id,
+            epoch=state.epoch,
+            chunk_index=0,
+            # Out-of-band responses read the conversation but do not consume its updates.
+            applied_event_ids=state.unapplied if in_conversation else (),
+            inputs=inputs,
+        ),
+    ]
+
+
+@decider.register
+def _(cmd: CreateResponse, state: SessionState) -> list[Event]:
+    return start_response(state, cmd)
+
+
+# ------------------------------------------------------------------------------------ cancel
+
+
+def cancel_events(
+    state: SessionState,
+    resps: list[Response],
+    *,
+    cause: str,
+    reason: Optional[str],
+    event_id: Optional[str] = None,
+    discard_pending: bool = False,
+    extra: tuple[Event, ...] = (),
+) -> list[Event]:
+    """Raise the epoch (fencing the ticks of ``resps``), then end each response ``cancelled``.
+
+    ``cause`` is recorded on the epoch change; ``reason`` is the Realtime
+    ``status_details.reason``. With ``discard_pending``, model-feeding events no tick took yet
+    are discarded too (the session is ending). ``extra`` events go between the two.
+    """
+    ids = {r.id for r in resps}
+    live = [t for t in state.ticks.values() if t.response_id in ids]
+    discarded = {s for t in live for s in t.applied_event_ids}
+    if discard_pending:
+        discarded |= set(state.unapplied)
+    events: list[Event] = [
+        EpochAdvanced(
+            epoch=state.epoch + 1,
+            reason=cause,
+            cancelled_request_ids=tuple(t.request_id for t in live),
+            discarded_event_ids=tuple(sorted(discarded)),
+        ),
+        *extra,
+    ]
+    for r in resps:
+        events.append(
+            ResponseDone(
+                client_event_id=event_id,
+                response_id=r.id,
+                status="cancelled",
+                reason=reason,
+                heard_ms=r.committed_ms if r.acked else None,
+            )
+        )
+    return events
+
+
+def _named_or_active(state: SessionState, response_id: Optional[str]) -> Optional[Response]:
+    if response_id is None:
+        return state.active_response
+    resp = state.responses.get(response_id)
+    return resp if resp is not None and resp.active else None
+
+
+@decider.register
+def _(cmd: CancelResponse, state: SessionState) -> list[Event]:
+    resp = _named_or_active(state, cmd.response_id)
+    if resp is None:
+        if cmd.response_id is not None:
+            return reject(cmd, Code.CANCEL_NOT_ACTIVE, f"Cancellation failed: response {cmd.response_id} is not active", "response_id")
+        return reject(cmd, Code.CANCEL_NOT_ACTIVE, "Cancellation failed: no active response found")
+    return cancel_events(state, [resp], cause=cmd.cause, reason="client_cancelled", event_id=cmd.event_id)
+
+
+@decider.register
+def _(cmd: BargeIn, state: SessionState) -> list[Event]:
+    resp = state.active_response
+    if resp is None:
+        return reject(cmd, Code.CANCEL_NOT_ACTIVE, "barge_in: no active response to interrupt")
+    return cancel_events(state, [resp], cause="barge_in", reason="turn_detected", event_id=cmd.event_id)
+
+
+@decider.register
+def _(cmd: ClearOutputAudio, state: SessionState) -> list[Event]:
+    if cmd.response_id is not None:
+        resp = state.responses.get(cmd.response_id)
+    else:
+        resp = state.active_response or next(
+            (r for r in reversed(list(state.responses.values())) if r.committed_ms < r.generated_ms), None
+        )
+    if resp is None:
+        param = "response_id" if cmd.response_id is not None else None
+        return reject(cmd, Code.CANCEL_NOT_ACTIVE, "output_audio_buffer.clear: no response has audio to clear", param)
+    cleared = OutputAudioCleared(client_event_id=cmd.event_id, response_id=resp.id)
+    if not resp.active:
+        return [cleared]
+    return cancel_events(
+        state, [resp], cause="output_audio_buffer_clear", reason="output_audio_buffer_clear", event_id=cmd.event_id, extra=(cleared,)
+    )
+
+
+# -------------------------------------------------------------------------------------- pump
+
+
+@decider.register
+def _(cmd: Pump, state: SessionState) -> list[Event]:
+    events: list[Event] = []
+    ids = iter(cmd.request_ids)
+    epoch = state.epoch
+    for resp in state.live_responses():
+        if resp.failure_code is not None:
+            live = [t for t in state.ticks.values() if t.response_id == resp.id]
+            epoch += 1
+            events += [
+                EpochAdvanced(
+                    epoch=epoch,
+                    reason="response_failed",
+                    cancelled_request_ids=tuple(t.request_id for t in live),
+                    discarded_event_ids=tuple(sorted(s for t in live for s in t.applied_event_ids)),
+                ),
+                ResponseDone(
+                    response_id=resp.id, status="failed", error_code=resp.failure_code, error_message=resp.failure_message
+                ),
+            ]
+        elif resp.final_seen:
+            status = "incomplete" if resp.incomplete_reason else "completed"
+            events.append(ResponseDone(response_id=resp.id, status=status, reason=resp.incomplete_reason))
+        elif resp.tick_in_flight is None:
+            request_id = next(ids, None)
+            if request_id is None:
+                break  # the host pumps again after this batch
+            events.append(
+                TickIssued(
+                    request_id=request_id,
+                    response_id=resp.id,
+                    epoch=epoch,
+                    chunk_index=resp.next_chunk,
+                    applied_event_ids=(),
+                    inputs=resp.inputs,
+                )
+            )
+    return events
+
+
+# ---------------------------------------------------------------------------------- evolvers
+
+
+@evolver.register
+def _(ev: ResponseCreated, state: SessionState, seq: int) -> SessionState:
+    in_conversation = ev.conversation == "auto"
+    resp = Response(
+        id=ev.response_id,
+        item_ids=(ev.item_id,),
+        epoch=state.epoch,
+        output_modalities=ev.output_modalities,
+        voice=ev.voice,
+        instructions=ev.instructions,
+        output_format=ev.output_format,
+        conversation=ev.conversation,
+        answers_commit_seq=ev.answers_commit_seq,
+    )
+    item = Item(
+        id=ev.item_id,
+        role="assistant",
+        status="in_progress",
+        content_type="output_audio" if "audio" in ev.output_modalities else "output_text",
+        in_conversation=in_conversation,
+        response_id=ev.response_id,
+        audio_format=ev.output_format,
+    )
+    state = put_response(state, resp)
+    if in_conversation:
+        state = attrs.evolve(state, active_response_id=ev.response_id)
+    return put_item(state, item)
+
+
+@evolver.register
+def _(ev: TickIssued, state: SessionState, seq: int) -> SessionState:
+    applied = set(ev.applied_event_ids)
+    tick = Tick(
+        request_id=ev.request_id,
+        response_id=ev.response_id,
+        epoch=ev.epoch,
+        chunk_index=ev.chunk_index,
+        applied_event_ids=ev.applied_event_ids,
+    )
+    resp = state.responses[ev.response_id]
+    resp = attrs.evolve(resp, tick_in_flight=ev.request_id, inputs=ev.inputs if ev.chunk_index == 0 else resp.inputs)
+    state = put_response(state, resp)
+    return attrs.evolve(
+        state,
+        ticks={**state.ticks, ev.request_id: tick},
+        unapplied=tuple(s for s in state.unapplied if s not in applied),
+    )
+
+
+@evolver.register
+def _(ev: TickOutput, state: SessionState, seq: int) -> SessionState:
+    verdict = classify_output(state, ev)
+    if verdict.kind == "discarded":
+        return state
+    if verdict.kind == "rejected":
+        return _fail_tick(state, ev.request_id, Code.TICK_IDENTITY_MISMATCH, "engine output does not echo its tick")
+    ticks = {k: v for k, v in state.ticks.items() if k != ev.request_id}
+    resp = state.responses[ev.response_id]
+    for t in ev.input_transcripts:
+        user = state.items.get(t.item_id)
+        if user is not None and user.role == "user":
+            state = put_item(state, attrs.evolve(user, transcript=t.transcript))
+    item = state.items[resp.item_id]
+    if ev.new_item_id is not None:
+        state = put_item(state, attrs.evolve(item, complete=True, status="completed"))
+        item = Item(
+            id=ev.new_item_id,
+            role="assistant",
+            status="in_progress",
+            content_type=item.content_type,
+            in_conversation=item.in_conversation,
+            response_id=resp.id,
+            output_index=len(resp.item_ids),
+            offset_ms=resp.generated_ms,
+            audio_format=resp.output_format,
+        )
+        state = put_item(state, item, after=resp.item_id if item.in_conversation else "end")
+        resp = attrs.evolve(resp, item_ids=resp.item_ids + (item.id,))
+    new_samples = _b64_len(ev.audio) // (2 if resp.output_format.type == "audio/pcm" else 1)
+    item = attrs.evolve(
+        item,
+        full_text=item.full_text + ev.text_delta,
+        audio_samples=item.audio_samples + new_samples,
+        audio_seqs=item.audio_seqs + ((seq,) if new_samples else ()),
+        marks=item.marks + tuple(ev.marks),
+        complete=item.complete or ev.final,
+    )
+    resp = attrs.evolve(
+        resp,
+        tick_in_flight=None,
+        next_chunk=resp.next_chunk + 1,
+        final_seen=resp.final_seen or ev.final,
+        incomplete_reason=ev.incomplete_reason or resp.incomplete_reason,
+        generated_ms=item.offset_ms + item.generated_ms,
+    )
+    state = attrs.evolve(state, ticks=ticks, audio_output_started=state.audio_output_started or new_samples > 0)
+    state = put_response(put_item(state, item), resp)
+    return refresh_transcripts(state, resp.id)
+
+
+@evolver.register
+def _(ev: TickFailed, state: SessionState, seq: int) -> SessionState:
+    verdict = classify_output(state, ev)
+    if verdict.kind == "discarded":
+        return state
+    if verdict.kind == "rejected":
+        return _fail_tick(state, ev.request_id, Code.TICK_IDENTITY_MISMATCH, "engine failure does not echo its tick")
+    return _fail_tick(state, ev.request_id, ev.code, ev.message)
+
+
+def _fail_tick(state: SessionState, request_id: str, code: str, message: str) -> SessionState:
+    tick = attrs.evolve(state.ticks[request_id], status="failed")
+    resp = state.responses[tick.response_id]
+    resp = attrs.evolve(resp, tick_in_flight=None, failure_code=code, failure_message=message)
+    return put_response(attrs.evolve(state, ticks={**state.ticks, request_id: tick}), resp)
+
+
+@evolver.register
+def _(ev: EpochAdvanced, state: SessionState, seq: int) -> SessionState:
+    dead = set(ev.cancelled_request_ids)
+    responses = dict(state.responses)
+    for rid in dead:
+        tick = state.ticks.get(rid)
+        if tick is not None and tick.response_id in responses:
+            responses[tick.response_id] = attrs.evolve(responses[tick.response_id], tick_in_flight=None)
+    discarded = set(ev.discarded_event_ids)
+    return attrs.evolve(
+        state,
+        epoch=ev.epoch,
+        ticks={k: v for k, v in state.ticks.items() if k not in dead},
+        responses=responses,
+        unapplied=tuple(s for s in state.unapplied if s not in discarded),
+    )
+
+
+@evolver.register
+def _(ev: OutputAudioCleared, state: SessionState, seq: int) -> SessionState:
+    return state  # the cancel that follows (if any) changes the state; the clear is a record
+
+
+@evolver.register
+def _(ev: ResponseDone, state: SessionState, seq: int) -> SessionState:
+    resp = state.responses[ev.response_id]
+    resp = attrs.evolve(resp, status=ev.status, status_reason=ev.reason, tick_in_flight=None)
+    if ev.heard_ms is not None:
+        resp = attrs.evolve(resp, acked=True, committed_ms=ev.heard_ms)
+    item = state.items.get(resp.item_id)
+    if item is not None:
+        state = put_item(state, attrs.evolve(item, status="completed" if ev.status == "completed" else "incomplete"))
+    active = None if state.active_response_id == ev.response_id else state.active_response_id
+    state = put_response(attrs.evolve(state, active_response_id=active), resp)
+    state = refresh_transcripts(state, resp.id)
+    return maybe_release(state, resp.id)
+
+
+def _b64_len(b64: str) -> int:
+    """Decoded length of a base64 string without decoding it."""
+    if not b64:
+        return 0
+    return len(b64) * 3 // 4 - b64[-2:].count("=")

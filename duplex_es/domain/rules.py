@@ -1,0 +1,106 @@
+"""The machinery every concern module of the domain shares: the two dispatch tables
+(``decider`` for commands, ``evolver`` for events), refusals, and copy-on-write helpers.
+
+Each concern module (``lifecycle``, ``input``, ``items``, ``responses``, ``playback``)
+registers the deciders of its commands and the evolvers of its events here; ``decide`` and
+``evolve`` are the public entry points.
+"""
+
+from __future__ import annotations
+
+from functools import singledispatch
+from typing import Optional
+
+import attrs
+
+from duplex_es.domain import commands as c
+from duplex_es.domain.errors import ERROR_TYPES
+from duplex_es.domain.state import Item, Response, SessionState
+from duplex_es.events import CommandRejected, Event
+
+__all__ = ["COMMAND_TYPES", "decider", "evolver", "reject", "rejection", "put_item", "put_response"]
+
+#: Wire name of each command, recorded in ``command.rejected.command_type``.
+COMMAND_TYPES: dict[type, str] = {
+    c.OpenSession: "session.open",
+    c.UpdateSession: "session.update",
+    c.AppendAudio: "input_audio_buffer.append",
+    c.AppendText: "input.text.append",
+    c.Commit: "input_audio_buffer.commit",
+    c.ClearInput: "input_audio_buffer.clear",
+    c.CancelInput: "input.cancel",
+    c.CreateResponse: "response.create",
+    c.CancelResponse: "response.cancel",
+    c.BargeIn: "barge_in",
+    c.ClearOutputAudio: "output_audio_buffer.clear",
+    c.CreateItem: "conversation.item.create",
+    c.RetrieveItem: "conversation.item.retrieve",
+    c.DeleteItem: "conversation.item.delete",
+    c.TruncateItem: "conversation.item.truncate",
+    c.AckPlayback: "playback.ack",
+    c.TurnSignal: "turn.signal",
+    c.Heartbeat: "session.heartbeat",
+    c.CloseSession: "session.close",
+    c.Resume: "session.resume",
+    c.Detach: "session.detach",
+    c.Expire: "session.expire",
+    c.Pump: "session.pump",
+}
+
+
+@singledispatch
+def decider(command: object, state: SessionState) -> list[Event]:
+    """Decide ``command`` against an open session (registered per command class)."""
+    raise TypeError(f"not a command: {command!r}")
+
+
+@singledispatch
+def evolver(event: Event, state: SessionState, seq: int) -> SessionState:
+    """Apply ``event`` (registered per event class)."""
+    raise TypeError(f"the speech reducer does not handle {type(event).__name__} ({event.TYPE})")
+
+
+def rejection(
+    event_id: Optional[str],
+    command_type: Optional[str],
+    code: str,
+    message: str,
+    param: Optional[str] = None,
+    excerpt: Optional[str] = None,
+) -> CommandRejected:
+    """The ``command.rejected`` event for a refusal."""
+    return CommandRejected(
+        client_event_id=event_id,
+        command_type=command_type,
+        code=code,
+        message=message,
+        param=param,
+        error_type=ERROR_TYPES.get(code, "invalid_request_error"),
+        excerpt=excerpt,
+    )
+
+
+def reject(command: object, code: str, message: str, param: Optional[str] = None) -> list[Event]:
+    """Refuse ``command``: exactly one ``command.rejected`` (DESIGN I3)."""
+    return [rejection(getattr(command, "event_id", None), COMMAND_TYPES.get(type(command)), code, message, param)]
+
+
+def put_item(state: SessionState, item: Item, *, after: Optional[str] = "end") -> SessionState:
+    """Store ``item``; a new conversation item goes after ``after`` (``"end"``, an item id, or
+    ``None`` for the start)."""
+    if item.id in state.items or not item.in_conversation:
+        return attrs.evolve(state, items={**state.items, item.id: item})
+    order = state.item_order
+    if after == "end":
+        order = order + (item.id,)
+    elif after is None:
+        order = (item.id,) + order
+    else:
+        i = order.index(after) + 1
+        order = order[:i] + (item.id,) + order[i:]
+    return attrs.evolve(state, items={**state.items, item.id: item}, item_order=order)
+
+
+def put_response(state: SessionState, resp: Response) -> SessionState:
+    """Store ``resp``."""
+    return attrs.evolve(state, responses={**state.responses, resp.id: resp})

@@ -1,0 +1,91 @@
+"""Server VAD: a deterministic energy detector on the input audio clock.
+
+Each append is cut into 10 ms frames of the declared format; a frame is voiced when its RMS level
+reaches ``-60 + 40 × threshold`` dBFS (OpenAI's default threshold 0.5 → -40 dBFS: quiet room noise
+stays below it, speech is well above). Speech starts after :data:`MIN_SPEECH_MS` of consecutive
+voiced audio; its ``audio_start_ms`` is moved back by ``prefix_padding_ms`` (never before the
+buffer's start). It stops once ``silence_duration_ms`` of unvoiced audio followed it; its
+``audio_end_ms`` includes that silence (``reference/realtime-protocol.md`` §1.7).
+
+The detector is a pure function of its state and the samples, and its state after every append
+is logged with the append, so replay never runs it again (DESIGN §4, Input).
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from duplex_es.events import TurnDetection, VadState
+
+__all__ = ["MIN_SPEECH_MS", "Transition", "threshold_dbfs", "detect"]
+
+#: Voiced audio needed before speech counts as started (debounces clicks).
+MIN_SPEECH_MS = 60
+
+#: Analysis frame length.
+FRAME_MS = 10
+
+
+@attrs.frozen
+class Transition:
+    """``started`` at ``sample`` (prefix padding applied) or ``stopped`` at ``sample``."""
+
+    kind: str
+    sample: int
+
+
+def threshold_dbfs(threshold: float) -> float:
+    """The frame level (dBFS) at which audio counts as voiced for a VAD ``threshold`` in [0, 1]."""
+    return -60.0 + 40.0 * threshold
+
+
+def detect(
+    state: VadState, samples: np.ndarray, start_sample: int, rate: int, td: TurnDetection, buffer_start: int
+) -> tuple[VadState, list[Transition]]:
+    """Run the detector over one append.
+
+    Args:
+        state: the VAD state before the append.
+        samples: the append's audio as int16 PCM at ``rate`` Hz.
+        start_sample: the append's position on the input clock.
+        rate: the input sample rate (Hz).
+        td: the session's turn detection settings.
+        buffer_start: where the uncommitted input buffer begins (prefix padding stops there).
+
+    Returns:
+        The state after the append, and the start/stop transitions in it, in order.
+    """
+    frame = max(1, rate * FRAME_MS // 1000)
+    n = len(samples)
+    if n == 0:
+        return state, []
+    x = samples.astype(np.float64) / 32768.0
+    bounds = list(range(0, n, frame))
+    levels = np.array([np.sqrt(np.mean(x[b : b + frame] ** 2)) for b in bounds])
+    voiced = 20 * np.log10(levels + 1e-12) >= threshold_dbfs(td.threshold)
+    min_speech = rate * MIN_SPEECH_MS // 1000
+    silence_needed = rate * td.silence_duration_ms // 1000
+    padding = rate * td.prefix_padding_ms // 1000
+    out: list[Transition] = []
+    s = state
+    for b, v in zip(bounds, voiced):
+        length = min(frame, n - b)
+        pos = start_sample + b
+        if not s.speaking:
+            run = s.voiced_run + length if v else 0
+            if run >= min_speech:
+                onset = pos + length - run
+                start = max(buffer_start, onset - padding)
+                s = attrs.evolve(s, speaking=True, start_sample=start, voiced_run=0, silence_run=0)
+                out.append(Transition("started", start))
+            else:
+                s = attrs.evolve(s, voiced_run=run)
+        else:
+            silence = 0 if v else s.silence_run + length
+            if silence >= silence_needed:
+                s = attrs.evolve(s, speaking=False, voiced_run=0, silence_run=0)
+                out.append(Transition("stopped", pos + length))
+            else:
+                s = attrs.evolve(s, silence_run=silence)
+    return s, out

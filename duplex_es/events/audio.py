@@ -1,0 +1,29 @@
+"""Where logged audio lives: the events that carry audio bytes, and how to read them."""
+
+from __future__ import annotations
+
+import base64
+from typing import Iterable
+
+from duplex_es.events.base import Event
+from duplex_es.events.catalogue import AudioAppended, ItemCreated, TickOutput
+
+__all__ = ["audio_bytes", "join_audio"]
+
+
+def audio_bytes(event: Event) -> bytes:
+    """The audio an event carries (in its session's declared format), ``b""`` if none.
+
+    ``input_audio_buffer.appended`` and ``tick.output`` carry one base64 payload;
+    ``conversation.item.created`` the ``input_audio`` parts of its content.
+    """
+    if isinstance(event, (AudioAppended, TickOutput)):
+        return base64.b64decode(event.audio) if event.audio else b""
+    if isinstance(event, ItemCreated):
+        return b"".join(base64.b64decode(p.audio) for p in event.content if p.audio)
+    return b""
+
+
+def join_audio(events: Iterable[Event]) -> bytes:
+    """The audio of several events, one after the other."""
+    return b"".join(audio_bytes(e) for e in events)
