@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from pathlib import Path
@@ -23,8 +24,8 @@ def _pg_url(schema: str) -> str:
     return f"{PG_BASE_URL}{sep}options=-csearch_path%3D{schema}"
 
 
-@pytest.fixture
-def pg_schema_url() -> Iterator[str]:
+@contextlib.contextmanager
+def pg_schema() -> Iterator[str]:
     """A URL whose connections use a new, empty PostgreSQL schema (dropped afterwards)."""
     schema = f"dxes_test_{os.getpid()}_{secrets.token_hex(4)}"
     admin = sa.create_engine(PG_BASE_URL, isolation_level="AUTOCOMMIT")
@@ -36,6 +37,23 @@ def pg_schema_url() -> Iterator[str]:
         with admin.connect() as conn:
             conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         admin.dispose()
+
+
+@contextlib.contextmanager
+def backend_url(name: str, folder: Path) -> Iterator[str]:
+    """A fresh database URL on ``name`` (``sqlite`` or ``postgresql``)."""
+    if name == "sqlite":
+        yield f"sqlite:///{folder / 'log.db'}"
+    else:
+        with pg_schema() as url:
+            yield url
+
+
+@pytest.fixture
+def pg_schema_url() -> Iterator[str]:
+    """A URL whose connections use a new, empty PostgreSQL schema (dropped afterwards)."""
+    with pg_schema() as url:
+        yield url
 
 
 @pytest.fixture

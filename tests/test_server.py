@@ -14,18 +14,16 @@ from duplex_es.events import CommandRejected, to_plain
 from duplex_es.protocol import encode_wire, project
 from duplex_es.store import Database, EventLog
 
+from conftest import backend_url
 from servers import running, session_state
 
 
-@pytest.fixture
-def server(tmp_path: Path, sqlite_url: str):
+@pytest.fixture(params=["sqlite", "postgresql"])
+def server(request: pytest.FixtureRequest, tmp_path: Path):
     # A short disconnect grace, so a dropped connection's session expires within the test.
-    with running(sqlite_url, tmp_path, workers=0, server_args=["--disconnect-grace-ms", "600", "--reaper-interval-ms", "100"]) as (
-        port,
-        proc,
-        _,
-    ):
-        yield port, sqlite_url
+    args = ["--disconnect-grace-ms", "600", "--reaper-interval-ms", "100"]
+    with backend_url(request.param, tmp_path) as url, running(url, tmp_path, workers=0, server_args=args) as (port, proc, _):
+        yield port, url
 
 
 class Client:

@@ -294,6 +294,8 @@ def _(ev: TurnSignaled, ctx: _Ctx) -> list[dict[str, Any]]:
 
 @_project.register
 def _(ev: CommandRejected, ctx: _Ctx) -> list[dict[str, Any]]:
+    if ev.command_type == "session.resume":
+        return []  # a refused takeover is told to the client that tried it, not the session's listener
     return [
         {
             "type": "error",

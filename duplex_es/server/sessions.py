@@ -123,9 +123,11 @@ class DuplexSessions:
         expired = []
         for host in list(self.hosts.values()):
             state = host.state
-            if not state.open:
+            if state.status in ("closed", "expired"):
                 self.hosts.pop(host.session_id, None)
                 continue
+            if not state.open:
+                continue  # still opening: its first event is being written
             detached = state.lease.detached_at_ms
             if detached is not None and now - detached >= self.disconnect_grace_ms:
                 command = Expire(reason="disconnect_grace_expired", now_ms=now, since_ms=detached)
