@@ -99,15 +99,37 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_plugin(spec: str) -> object:
+    """An engine from ``module:Class`` (a GPU model behind the engine protocol, say)."""
+    import importlib
+
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise CliError(f"--engine-plugin {spec!r}: expected module:Class")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise CliError(f"--engine-plugin {spec!r}: {exc}") from exc
+    return cls()
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from duplex_es.worker.runner import Worker
-    from duplex_es.worker.speech.engine import CascadeSpeechEngine
 
     db = _open_db(args)
-    engine = CascadeSpeechEngine(chunk_ms=args.chunk_ms)
+    engines: list = [_load_plugin(spec) for spec in args.engine_plugin]
+    kinds = {k for e in engines for k in e.kinds}
+    if args.engine in ("speech", "all") and "speech" not in kinds:
+        from duplex_es.worker.speech.engine import CascadeSpeechEngine
+
+        engines.append(CascadeSpeechEngine(chunk_ms=args.chunk_ms))
+    if args.engine in ("world", "all") and "world" not in kinds:
+        from duplex_es.worker.world.engine import WorldEngine
+
+        engines.append(WorldEngine())
     worker = Worker(
         EventLog(db),
-        [engine],
+        engines,
         worker_id=args.worker_id,
         claim_ttl_ms=args.claim_ttl_ms,
         poll_ms=args.poll_ms,
@@ -242,7 +264,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("worker", parents=[common], help="run a worker: claim ticks, run the engine, append outputs")
-    p.add_argument("--engine", choices=["speech"], default="speech")
+    p.add_argument("--engine", choices=["all", "speech", "world"], default="all", help="the reference engines to run (default: both)")
+    p.add_argument(
+        "--engine-plugin",
+        action="append",
+        default=[],
+        metavar="MODULE:CLASS",
+        help="load an engine class (e.g. a GPU model) that implements the engine protocol; it replaces the reference engine of its kinds",
+    )
     p.add_argument("--claim-ttl-ms", type=_positive_int, default=5000, help="tick claim lease (ms)")
     p.add_argument("--poll-ms", type=_positive_int, default=10, help="idle polling interval (ms)")
     p.add_argument("--chunk-ms", type=_positive_int, default=500, help="audio per tick (ms)")

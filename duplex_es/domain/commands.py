@@ -308,9 +308,12 @@ class AckPlayback(ClientCommand):
 @attrs.frozen(kw_only=True)
 class Pump:
     """Sent by the session host after it folds engine outputs: issue each live response's next
-    tick (taking ``request_ids`` in order) or end it. Decides nothing when there is nothing to do."""
+    tick (taking ``request_ids`` in order) or end it; for a world session, issue the next tick once
+    it is due at ``now_ms`` (the host's clock, recorded in the tick). Decides nothing when there
+    is nothing to do."""
 
     request_ids: tuple[str, ...]
+    now_ms: Optional[int] = None
 
 
 @attrs.frozen(kw_only=True)

@@ -16,12 +16,13 @@ from duplex_es.domain.commands import Detach, Expire, Invalid, OpenSession, Pump
 from duplex_es.domain.errors import Code
 from duplex_es.domain.rules import decider, reject, rejection
 from duplex_es.domain.state import SessionState
-from duplex_es.events import Event, SessionConfig, SessionOpened
+from duplex_es.domain.world import StartWorld, WorldState, world_decider
+from duplex_es.events import Event, SessionConfig, SessionOpened, WorldStarted
 
 __all__ = ["decide"]
 
 
-def decide(state: SessionState, command: object) -> list[Event]:
+def decide(state: SessionState | WorldState, command: object) -> list[Event]:
     """The events that record ``command`` against ``state``; ``[]`` when there is nothing to do
     (only the host's ``Pump``, ``Detach`` and ``Expire`` can decide nothing).
 
@@ -30,9 +31,11 @@ def decide(state: SessionState, command: object) -> list[Event]:
     """
     if isinstance(command, Invalid):
         return [rejection(command.event_id, command.command_type, command.code, command.message, command.param, command.excerpt)]
-    if isinstance(command, OpenSession):
+    if isinstance(command, (OpenSession, StartWorld)):
         if state.status != "new":
             return reject(command, Code.SESSION_ALREADY_OPEN, f"session {state.session_id} already exists")
+        if isinstance(command, StartWorld):
+            return [WorldStarted(client_event_id=command.event_id, session_id=command.session_id, config=command.config, at_ms=command.at_ms)]
         return [SessionOpened(session_id=command.session_id, config=SessionConfig(model=command.model))]
     if not state.open:
         if isinstance(command, (Pump, Detach, Expire)):
@@ -43,4 +46,6 @@ def decide(state: SessionState, command: object) -> list[Event]:
         return reject(
             command, Code.STALE_FENCE, f"the command is fenced to epoch {expected}; the session is at epoch {state.epoch}", "expected_epoch"
         )
+    if isinstance(state, WorldState):
+        return world_decider(command, state)
     return decider(command, state)

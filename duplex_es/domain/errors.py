@@ -68,6 +68,14 @@ class Code:
     TRUNCATE_OUT_OF_RANGE = "audio_end_ms_out_of_range"
     INVALID_CONTENT_INDEX = "invalid_content_index"
 
+    # World sessions (vLLM-Omni's admission codes).
+    DUPLICATE_EVENT = "duplicate_event"
+    STALE_EVENT = "stale_event"
+    QUEUE_FULL = "queue_full"
+    INVALID_INTERACTION = "invalid_interaction"
+    SESSION_FAILED = "session_failed"
+    SESSION_NOT_STARTED = "session_not_started"
+
     # Engine side (carried by ``response.done`` status_details.error).
     TICK_IDENTITY_MISMATCH = "tick_identity_mismatch"
     ENGINE_FAILED = "engine_failed"

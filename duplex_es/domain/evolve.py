@@ -14,23 +14,27 @@ import attrs
 # Importing the concern modules registers their evolvers.
 from duplex_es.domain import input as _input, items as _items, lifecycle as _lifecycle  # noqa: F401
 from duplex_es.domain import playback as _playback, responses as _responses  # noqa: F401
+from duplex_es.domain.world import WorldState
 from duplex_es.domain.rules import evolver
 from duplex_es.domain.state import SessionState
-from duplex_es.events import Event
+from duplex_es.events import Event, WorldStarted
 
 __all__ = ["evolve", "fold"]
 
 
-def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
-    """Apply the event logged at ``seq`` to ``state`` and return the new state.
+def evolve(state: SessionState | WorldState, seq: int, event: Event) -> SessionState | WorldState:
+    """Apply the event logged at ``seq`` to ``state`` and return the new state. A session whose
+    first event is ``world.session.started`` is a world session (:class:`WorldState`).
 
     Raises:
-        TypeError: for an event type the speech reducer does not know.
+        TypeError: for an event type the reducer does not know.
     """
+    if isinstance(event, WorldStarted) and state.status == "new" and not isinstance(state, WorldState):
+        state = WorldState()
     return attrs.evolve(evolver(event, state, seq), seq=seq)
 
 
-def fold(events: Iterable[tuple[int, Event]], state: SessionState | None = None) -> SessionState:
+def fold(events: Iterable[tuple[int, Event]], state: SessionState | WorldState | None = None) -> SessionState | WorldState:
     """Fold ``(seq, event)`` pairs into a state, starting from ``state`` or an empty one."""
     s = state if state is not None else SessionState()
     for seq, ev in events:

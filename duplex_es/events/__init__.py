@@ -4,6 +4,8 @@ from duplex_es.events.audio import audio_bytes, join_audio
 from duplex_es.events.base import Event, event, registry
 from duplex_es.events.catalogue import *  # noqa: F401,F403
 from duplex_es.events.catalogue import __all__ as _catalogue_all
+from duplex_es.events.world import *  # noqa: F401,F403
+from duplex_es.events.world import __all__ as _world_all
 from duplex_es.events.codec import (
     EventDecodeError,
     decode,
@@ -28,4 +30,5 @@ __all__ = [
     "register_upcaster",
     "to_plain",
     *_catalogue_all,
+    *_world_all,
 ]

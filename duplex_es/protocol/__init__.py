@@ -2,6 +2,7 @@
 vocabulary or (per connection) the beta one."""
 
 from duplex_es.protocol.beta import client_event_to_ga, wire_to_beta
+from duplex_es.protocol import world as _world  # noqa: F401  (registers the world projections)
 from duplex_es.protocol.inbound import (
     CLIENT_EVENT_TYPES,
     MAX_FRAME_BYTES,

@@ -96,7 +96,11 @@ def split_server_event_seq(value: int) -> tuple[int, int]:
 
 def stamp(seq: int, wires: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Give each wire event its log-derived ``event_id`` and ``server_event_seq``."""
-    return [{"event_id": f"event_{seq}_{k}", "server_event_seq": server_event_seq(seq, k), **w} for k, w in enumerate(wires)]
+    out = []
+    for k, w in enumerate(wires):
+        assert "event_id" not in w and "server_event_seq" not in w, f"{w['type']} would hide its stamped id"
+        out.append({"event_id": f"event_{seq}_{k}", "server_event_seq": server_event_seq(seq, k), **w})
+    return out
 
 
 def encode_wire(wire: dict[str, Any]) -> str:

@@ -1,5 +1,6 @@
 """The ASGI application: ``/v1/realtime`` (OpenAI Realtime over WebSocket, GA or beta names),
-session state for debugging, health and Prometheus metrics.
+``/v1/world`` (interactive world sessions), session state for debugging, health and Prometheus
+metrics.
 
 The WebSocket handler is a thin layer over :class:`~duplex_es.server.sessions.DuplexSessions`:
 frames become commands (:func:`~duplex_es.protocol.parse_frame`), the session's server events
@@ -9,6 +10,7 @@ become frames.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 from typing import AsyncIterator
@@ -20,10 +22,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from duplex_es.domain import fold
+from duplex_es.domain import Code, Invalid, fold
+from duplex_es.domain.world import CloseWorld, StartWorld
 from duplex_es.events import to_plain
 from duplex_es.protocol import encode_wire, parse_frame, wire_to_beta
-from duplex_es.server.host import SessionHost, new_id
+from duplex_es.protocol.world import parse_world_frame
+from duplex_es.server.host import SessionHost, new_id, now_ms
 from duplex_es.server.sessions import DEFAULT_MODEL, DuplexSessions
 from duplex_es.store import Database
 
@@ -105,6 +109,51 @@ def create_app(
                     await host.detach()
             log.info("session %s: connection ended", host.session_id)
 
+    async def world(ws: WebSocket) -> None:
+        if api_key is not None and ws.headers.get("authorization") != f"Bearer {api_key}":
+            await ws.close(code=1008, reason="invalid API key")
+            return
+        await ws.accept()
+        session_id = new_id("world")
+        host: SessionHost | None = None
+        writer: asyncio.Task | None = None
+        clean = False
+        try:
+            while host is None or not host.ended.is_set():
+                message = await ws.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                frame = message.get("text")
+                if frame is None:
+                    frame = message.get("bytes") or b""
+                command = parse_world_frame(frame, new_id, now_ms(), started=host is not None, session_id=session_id)
+                if host is None:
+                    if not isinstance(command, StartWorld):
+                        # No session exists yet, so there is no log to record this in.
+                        await ws.send_text(encode_wire(_pre_start_error(command)))
+                        continue
+                    host = await sessions.open_world(command)
+                    writer = asyncio.create_task(_write_world(ws, host, command.config.binary))
+                    log.info("world session %s started", session_id)
+                    continue
+                await host.submit(command)
+            clean = host is not None and host.ended.is_set()
+        except WebSocketDisconnect:
+            pass
+        except Exception:
+            log.exception("world session %s: internal error; closing the connection", session_id)
+            with contextlib.suppress(Exception):
+                await ws.close(code=1011, reason="internal error; the session is safe in the log")
+        finally:
+            if host is not None and writer is not None:
+                if clean:
+                    await writer
+                else:
+                    writer.cancel()
+                    with contextlib.suppress(Exception):
+                        await host.submit(CloseWorld(reason="connection_closed"))
+            log.info("world session %s: connection ended", session_id)
+
     async def session_state(request: Request) -> Response:
         session_id = request.path_params["session_id"]
         host = sessions.get(session_id)
@@ -126,6 +175,7 @@ def create_app(
     app = Starlette(
         routes=[
             WebSocketRoute("/v1/realtime", realtime),
+            WebSocketRoute("/v1/world", world),
             Route("/v1/sessions/{session_id}", session_state),
             Route("/healthz", healthz),
             Route("/metrics", metrics),
@@ -134,6 +184,33 @@ def create_app(
     )
     app.state.sessions = sessions
     return app
+
+
+def _pre_start_error(command: object) -> dict:
+    code = getattr(command, "code", Code.SESSION_NOT_STARTED)
+    message = getattr(command, "message", "send session.start first")
+    if not isinstance(command, Invalid) or code == Code.UNKNOWN_TYPE:
+        code, message = Code.SESSION_NOT_STARTED, "send session.start first"
+    error = {"type": "invalid_request_error", "code": code, "message": message, "param": getattr(command, "param", None), "event_id": getattr(command, "event_id", None)}
+    return {"type": "error", "error": error}
+
+
+async def _write_world(ws: WebSocket, host: SessionHost, binary: bool) -> None:
+    """Send a world session's events; with ``binary``, each chunk's frames follow its JSON as
+    binary WebSocket frames (PNG bytes) instead of base64 inside it."""
+    try:
+        async for wire in host.events():
+            if binary and wire["type"] == "world.chunk":
+                frames = wire["frames"]
+                await ws.send_text(encode_wire({**wire, "frames": None, "binary_frames": len(frames)}))
+                for f in frames:
+                    await ws.send_bytes(base64.b64decode(f))
+            else:
+                await ws.send_text(encode_wire(wire))
+        if host.ended.is_set():
+            await ws.close(code=1000)
+    except Exception as exc:
+        log.info("world session %s: client gone while sending (%s)", host.session_id, exc)
 
 
 async def _write(ws: WebSocket, host: SessionHost, dialect: str) -> None:

@@ -22,14 +22,16 @@ from duplex_es.domain import (
     MAX_OUT_OF_BAND_RESPONSES,
     Code,
     Detach,
+    Expire,
     Invalid,
     Pump,
     SessionState,
     decide,
     evolve,
 )
-from duplex_es.domain.commands import ClientCommand, Command
-from duplex_es.events import CommandRejected, ItemRetrieved, SessionClosed, SessionExpired, join_audio
+from duplex_es.domain.commands import Command
+from duplex_es.domain.world import WorldState, next_tick_due_ms
+from duplex_es.events import CommandRejected, ItemRetrieved, SessionClosed, SessionExpired, WorldClosed, join_audio
 from duplex_es.protocol import project
 from duplex_es.store import EventLog, Recorded, WrongExpectedSeq
 
@@ -81,6 +83,7 @@ class SessionHost:
         self._queue: Optional[asyncio.Queue] = None
         self.ended = asyncio.Event()
         self.last_activity_ms = now_ms()
+        self._timer: Optional[asyncio.TimerHandle] = None
 
     # ----------------------------------------------------------------------------------- public
 
@@ -90,10 +93,13 @@ class SessionHost:
         Raises:
             sqlalchemy.exc.DBAPIError: the log could not be written (nothing was published).
         """
-        if isinstance(command, ClientCommand):
+        if not isinstance(command, (Pump, Detach, Expire)):
             self.last_activity_ms = now_ms()
+        key = getattr(command, "event_id", None)
         async with self._lock:
-            await self._execute(command, getattr(command, "event_id", None))
+            # A client's string event_id is an idempotency key; world interaction ids (ints) are
+            # deduplicated by the domain itself (duplicate_event).
+            await self._execute(command, key if isinstance(key, str) else None)
             await self._pump()
 
     async def catch_up(self) -> None:
@@ -158,7 +164,7 @@ class SessionHost:
                 )
                 key = None
                 continue
-            if isinstance(command, ClientCommand):
+            if not isinstance(command, (Pump, Detach, Expire)):
                 rejected = isinstance(events[0], CommandRejected)
                 COMMANDS.labels("rejected" if rejected else "accepted").inc()
                 if rejected:
@@ -174,7 +180,21 @@ class SessionHost:
     async def _pump(self) -> None:
         # A worker output may let a response advance (next tick) or end (response.done).
         ids = tuple(new_id("req") for _ in range(1 + MAX_OUT_OF_BAND_RESPONSES))
-        await self._execute(Pump(request_ids=ids), None)
+        await self._execute(Pump(request_ids=ids, now_ms=now_ms()), None)
+        self._schedule_paced_tick()
+
+    def _schedule_paced_tick(self) -> None:
+        """A realtime-paced world session issues its next tick when it is due: wake up then."""
+        if not isinstance(self.state, WorldState):
+            return
+        due = next_tick_due_ms(self.state)
+        if due is None:
+            return
+        delay = (due - now_ms()) / 1000
+        if delay > 0 and (self._timer is None or self._timer.cancelled() or self._timer.when() > asyncio.get_running_loop().time() + delay):
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = asyncio.get_running_loop().call_later(delay, lambda: asyncio.create_task(self.catch_up()))
 
     async def _publish(self, records: Iterable[Recorded]) -> None:
         for r in records:
@@ -193,7 +213,7 @@ class SessionHost:
                 WIRE_EVENTS.inc()
                 if self._queue is not None:
                     self._queue.put_nowait(wire)
-            if isinstance(r.event, (SessionClosed, SessionExpired)):
+            if isinstance(r.event, (SessionClosed, SessionExpired, WorldClosed)):
                 self.ended.set()
                 if self._queue is not None:
                     self._queue.put_nowait(_END)

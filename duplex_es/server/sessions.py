@@ -13,6 +13,7 @@ import logging
 from typing import Optional
 
 from duplex_es.domain import Expire, OpenSession, Resume, fold
+from duplex_es.domain.world import StartWorld
 from duplex_es.events import CommandRejected, SessionResumed
 from duplex_es.server.follower import LogFollower
 from duplex_es.server.host import SessionHost, new_id, now_ms
@@ -84,6 +85,14 @@ class DuplexSessions:
         host.attach()
         self.hosts[host.session_id] = host
         await host.submit(OpenSession(session_id=host.session_id, model=model))
+        return host
+
+    async def open_world(self, start: StartWorld) -> SessionHost:
+        """Create a world session from its ``session.start`` and return its handle."""
+        host = SessionHost(self.log, start.session_id)
+        host.attach()
+        self.hosts[host.session_id] = host
+        await host.submit(start)
         return host
 
     def get(self, session_id: str) -> Optional[SessionHost]:

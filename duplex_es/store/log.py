@@ -17,7 +17,7 @@ import attrs
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from duplex_es.events import EpochAdvanced, Event, TickIssued, decode, encode
+from duplex_es.events import EpochAdvanced, Event, TickIssued, WorldClosed, WorldReset, WorldTickIssued, decode, encode
 from duplex_es.store.chain import GENESIS, event_hash
 from duplex_es.store.database import Database
 from duplex_es.store.schema import events as events_t
@@ -232,7 +232,7 @@ class EventLog:
     def _mirror_ticks(conn: Connection, records: Iterable[Recorded]) -> None:
         for rec in records:
             ev = rec.event
-            if isinstance(ev, TickIssued):
+            if isinstance(ev, (TickIssued, WorldTickIssued)):
                 conn.execute(
                     ticks_t.insert().values(
                         request_id=ev.request_id,
@@ -244,7 +244,7 @@ class EventLog:
                         attempts=0,
                     )
                 )
-            elif isinstance(ev, EpochAdvanced) and ev.cancelled_request_ids:
+            elif isinstance(ev, (EpochAdvanced, WorldReset, WorldClosed)) and ev.cancelled_request_ids:
                 conn.execute(
                     ticks_t.update()
                     .where(

@@ -22,7 +22,7 @@ from typing import Literal, Sequence
 import attrs
 import sqlalchemy as sa
 
-from duplex_es.events import Event, TickIssued, decode
+from duplex_es.events import Event, TickIssued, WorldTickIssued, decode
 from duplex_es.store.log import ANY_SEQ, EventLog, Recorded
 from duplex_es.store.schema import events as events_t
 from duplex_es.store.schema import ticks as ticks_t
@@ -45,7 +45,7 @@ class Claim:
     token: str
     claimed_until_us: int
     attempts: int
-    tick: TickIssued
+    tick: TickIssued | WorldTickIssued
 
 
 class ClaimLost(Exception):
@@ -115,7 +115,7 @@ class TickQueue:
                 )
             ).one()
         tick = decode(*ev_row)
-        assert isinstance(tick, TickIssued), f"ticks row {row.request_id} points at a {tick.TYPE}"
+        assert isinstance(tick, (TickIssued, WorldTickIssued)), f"ticks row {row.request_id} points at a {tick.TYPE}"
         return Claim(row.request_id, row.session_id, row.seq, row.kind, token, until, row.attempts + 1, tick)
 
     def extend(self, claim: Claim, *, ttl_ms: int, now_us: int | None = None) -> Claim:

@@ -14,11 +14,22 @@ import threading
 import time
 from typing import Sequence
 
-from duplex_es.events import AudioAppended, Event, ItemCreated, TickFailed, TickOutput, join_audio
+from duplex_es.events import (
+    AudioAppended,
+    Event,
+    ItemCreated,
+    TickFailed,
+    TickOutput,
+    WorldChunk,
+    WorldTickFailed,
+    WorldTickIssued,
+    join_audio,
+)
 from duplex_es.store import Claim, ClaimLost, EventLog, TickQueue
 from duplex_es.worker.engine import Engine, EngineError, EngineOutput, TickContext
+from duplex_es.worker.world.engine import WorldContext, WorldOutput
 
-__all__ = ["Worker", "output_events"]
+__all__ = ["Worker", "output_events", "world_output_events"]
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +59,38 @@ def output_events(claim: Claim, engine_name: str, out: EngineOutput) -> list[Eve
     ]
 
 
+def world_output_events(engine_name: str, out: WorldOutput) -> list[Event]:
+    """The log event for a world block; its identity comes from the engine's echo."""
+    e = out.echo
+    return [
+        WorldChunk(
+            session_id=e.session_id,
+            request_id=e.request_id,
+            epoch=e.epoch,
+            chunk_index=e.chunk_index,
+            applied_event_ids=e.applied_event_ids,
+            frames=tuple(base64.b64encode(f).decode("ascii") for f in out.frames),
+            frame_hashes=out.frame_hashes,
+            engine_state=out.engine_state,
+            engine=engine_name,
+        )
+    ]
+
+
 def _failure(claim: Claim, code: str, message: str) -> list[Event]:
     t = claim.tick
+    if isinstance(t, WorldTickIssued):
+        return [
+            WorldTickFailed(
+                session_id=claim.session_id,
+                request_id=t.request_id,
+                epoch=t.epoch,
+                chunk_index=t.chunk_index,
+                applied_event_ids=t.applied_event_ids,
+                code=code,
+                message=message[:500],
+            )
+        ]
     return [
         TickFailed(
             session_id=claim.session_id,
@@ -112,7 +153,9 @@ class Worker:
         claim = self.queue.claim(self.worker_id, ttl_ms=self.claim_ttl_ms, kinds=tuple(self.engines))
         if claim is None:
             return False
-        log.info("claimed %s (session %s, chunk %d, attempt %d)", claim.request_id, claim.session_id, claim.tick.chunk_index, claim.attempts)
+        log.info(
+            "claimed %s %s (session %s, chunk %d, attempt %d)", claim.kind, claim.request_id, claim.session_id, claim.tick.chunk_index, claim.attempts
+        )
         holder = {"claim": claim}
         beat_stop = threading.Event()
         beat = threading.Thread(target=self._heartbeat, args=(holder, beat_stop), daemon=True)
@@ -135,8 +178,10 @@ class Worker:
 
     def _step(self, claim: Claim) -> list[Event]:
         engine = self.engines[claim.kind]
-        ctx = TickContext(session_id=claim.session_id, tick=claim.tick, read_audio=lambda seqs: self.read_audio(claim.session_id, seqs))
         try:
+            if isinstance(claim.tick, WorldTickIssued):
+                return world_output_events(engine.name, engine.step(WorldContext(session_id=claim.session_id, tick=claim.tick)))
+            ctx = TickContext(session_id=claim.session_id, tick=claim.tick, read_audio=lambda seqs: self.read_audio(claim.session_id, seqs))
             return output_events(claim, engine.name, engine.step(ctx))
         except EngineError as err:
             log.warning("engine failed on %s: %s", claim.request_id, err)

@@ -1,0 +1,462 @@
+"""World sessions: interactive AR-diffusion ticks (DESIGN §5; vLLM-Omni's tick protocol,
+``reference/ar-diffusion-ticks.md`` §1.2–§1.5).
+
+An interaction is *accepted* when it is not a duplicate, not at or below the floor (the highest id
+of the last committed tick, or of the tick in flight) and the queue (pending plus in flight) has
+room; it is *applied* when the tick that contains it commits. One tick is in flight at a time;
+interactions accepted meanwhile wait for the next. A tick folds the pending interactions in id
+order onto what was committed: the last prompt wins, each control track is last-writer-wins,
+untouched tracks are inherited. An output is committed only if it echoes its tick exactly;
+otherwise — or when the engine fails — the session fails closed: pending interactions are kept but
+never applied, and only ``session.reset`` (epoch + 1, chunk 0, pending discarded by name, ids
+still rising) or close continue it.
+"""
+
+from __future__ import annotations
+
+from functools import singledispatch
+from typing import Optional, Union
+
+import attrs
+
+from duplex_es.domain.commands import Detach, Expire, Pump
+from duplex_es.domain.errors import Code
+from duplex_es.domain.rules import evolver
+from duplex_es.events import (
+    Control,
+    ControlEvent,
+    Event,
+    InteractionAccepted,
+    InteractionRejected,
+    WorldChunk,
+    WorldClosed,
+    WorldConfig,
+    WorldFailed,
+    WorldReset,
+    WorldStarted,
+    WorldTickFailed,
+    WorldTickIssued,
+)
+
+__all__ = [
+    "WorldState",
+    "Pending",
+    "WorldTick",
+    "StartWorld",
+    "Interact",
+    "RefuseInteraction",
+    "ResetWorld",
+    "CloseWorld",
+    "IdRanges",
+    "world_decider",
+    "world_verdict",
+    "next_tick_due_ms",
+]
+
+
+# ------------------------------------------------------------------------------------ values
+
+
+@attrs.frozen
+class IdRanges:
+    """A set of integer ids kept as sorted, disjoint, inclusive ranges: compact when ids arrive
+    (mostly) in order, as interaction ids do."""
+
+    ranges: tuple[tuple[int, int], ...] = ()
+
+    def __contains__(self, i: int) -> bool:
+        return any(lo <= i <= hi for lo, hi in self.ranges)
+
+    def add(self, i: int) -> "IdRanges":
+        """The set with ``i`` added."""
+        out: list[tuple[int, int]] = []
+        placed = False
+        for lo, hi in self.ranges:
+            if placed or hi < i - 1:
+                out.append((lo, hi))
+            elif lo > i + 1:
+                out.append((i, i))
+                out.append((lo, hi))
+                placed = True
+            else:
+                out.append((min(lo, i), max(hi, i)))
+                placed = True
+        if not placed:
+            out.append((i, i))
+        merged: list[tuple[int, int]] = []
+        for lo, hi in out:
+            if merged and lo <= merged[-1][1] + 1:
+                merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+            else:
+                merged.append((lo, hi))
+        return IdRanges(tuple(merged))
+
+    @property
+    def highest(self) -> int:
+        """The largest id in the set (-1 if empty)."""
+        return self.ranges[-1][1] if self.ranges else -1
+
+
+@attrs.frozen(kw_only=True)
+class Pending:
+    """An accepted interaction waiting for a tick."""
+
+    event_id: int
+    prompt: Optional[str] = None
+    controls: tuple[Control, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class WorldTick:
+    """The tick in flight: what its output must echo, and the fold it will commit."""
+
+    request_id: str
+    epoch: int
+    chunk_index: int
+    applied_event_ids: tuple[int, ...]
+    prompt: str
+    controls: tuple[Control, ...]
+
+
+@attrs.frozen(kw_only=True)
+class WorldState:
+    """The derived state of a world session after its event ``seq``.
+
+    ``floor`` is the highest applied id (raised above every discarded id by a reset);
+    ``prompt`` / ``controls`` / ``engine_state`` are what the last committed chunk left;
+    ``failed_output`` marks an output that broke the tick protocol, waiting for the host to log
+    the failure.
+    """
+
+    session_id: str = ""
+    seq: int = 0
+    status: str = "new"  # new | active | failed | closed
+    config: Optional[WorldConfig] = None
+    epoch: int = 0
+    chunk_index: int = 0
+    epoch_started_at_ms: int = 0
+    pending: tuple[Pending, ...] = ()
+    seen: IdRanges = IdRanges()
+    floor: int = 0
+    inflight: Optional[WorldTick] = None
+    prompt: str = ""
+    controls: tuple[Control, ...] = ()
+    engine_state: Optional[dict] = None
+    failure_code: Optional[str] = None
+    failure_message: Optional[str] = None
+    failed_request_id: Optional[str] = None
+    chunks_committed: int = 0
+
+    @property
+    def open(self) -> bool:
+        """True until the session is closed (a failed session still takes reset and close)."""
+        return self.status in ("active", "failed")
+
+    @property
+    def stale_floor(self) -> int:
+        """Ids at or below this are stale: the applied floor, or the tick in flight's highest id."""
+        inflight = max(self.inflight.applied_event_ids, default=0) if self.inflight else 0
+        return max(self.floor, inflight)
+
+
+# ----------------------------------------------------------------------------------- commands
+
+
+@attrs.frozen(kw_only=True)
+class StartWorld:
+    """``session.start`` on ``/v1/world``, at ``at_ms`` (the host's clock)."""
+
+    event_id: Optional[str] = None
+    session_id: str
+    config: WorldConfig
+    at_ms: int
+
+
+@attrs.frozen(kw_only=True)
+class Interact:
+    """``session.interaction``: an optional prompt and controls, under the client's id."""
+
+    event_id: int
+    prompt: Optional[str] = None
+    controls: tuple[Control, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class RefuseInteraction:
+    """An interaction the protocol layer found malformed (``invalid_interaction``)."""
+
+    event_id: Optional[int] = None
+    code: str
+    message: str
+    param: Optional[str] = None
+
+
+@attrs.frozen(kw_only=True)
+class ResetWorld:
+    """``session.reset`` at ``at_ms``."""
+
+    event_id: Optional[str] = None
+    at_ms: int
+
+
+@attrs.frozen(kw_only=True)
+class CloseWorld:
+    """``session.close``."""
+
+    event_id: Optional[str] = None
+    reason: str = "client_close"
+
+
+# ------------------------------------------------------------------------------------ verdicts
+
+
+def world_verdict(state: WorldState, ev: Union[WorldChunk, WorldTickFailed]) -> str:
+    """``accepted``, ``discarded`` (a tick a reset or close cancelled) or ``rejected`` (the
+    output answers the tick in flight but does not echo it exactly)."""
+    t = state.inflight
+    if t is None or ev.request_id != t.request_id:
+        return "discarded"
+    echo = (ev.session_id, ev.request_id, ev.epoch, ev.chunk_index, tuple(ev.applied_event_ids))
+    want = (state.session_id, t.request_id, t.epoch, t.chunk_index, t.applied_event_ids)
+    return "accepted" if echo == want else "rejected"
+
+
+def next_tick_due_ms(state: WorldState) -> Optional[int]:
+    """When the next tick may be issued (Unix ms): at once under ``fast`` pacing; under
+    ``realtime`` one chunk ahead of playback, counted from the epoch's start. ``None`` when no
+    tick is due at all (one in flight, failed, closed, or ``max_chunks`` reached)."""
+    cfg = state.config
+    if cfg is None or state.status != "active" or state.inflight is not None:
+        return None
+    if cfg.max_chunks is not None and state.chunk_index >= cfg.max_chunks:
+        return None
+    if cfg.pacing != "realtime":
+        return state.epoch_started_at_ms
+    period = cfg.frames_per_chunk * 1000 // cfg.fps
+    return state.epoch_started_at_ms + max(0, state.chunk_index - 1) * period
+
+
+def _fold(base_prompt: str, base: tuple[Control, ...], pending: tuple[Pending, ...]) -> tuple[str, tuple[Control, ...]]:
+    prompt = base_prompt
+    tracks = {c.track: c for c in base}
+    for p in sorted(pending, key=lambda p: p.event_id):
+        if p.prompt is not None:
+            prompt = p.prompt
+        for c in p.controls:
+            tracks[c.track] = c
+    return prompt, tuple(tracks[k] for k in sorted(tracks))
+
+
+# ------------------------------------------------------------------------------------ deciders
+
+
+@singledispatch
+def world_decider(command: object, state: WorldState) -> list[Event]:
+    """Decide ``command`` against an open world session (registered per command class)."""
+    raise TypeError(f"not a world-session command: {command!r}")
+
+
+@world_decider.register
+def _(cmd: Interact, state: WorldState) -> list[Event]:
+    def refuse(code: str, message: str, param: Optional[str] = None) -> list[Event]:
+        return [InteractionRejected(event_id=cmd.event_id, code=code, message=message, param=param)]
+
+    if state.status == "failed":
+        return refuse(Code.SESSION_FAILED, f"the session failed ({state.failure_code}); send session.reset to continue")
+    if cmd.event_id < 0:
+        return refuse(Code.INVALID_INTERACTION, "event_id must be >= 0", "event_id")
+    if cmd.event_id in state.seen:
+        return refuse(Code.DUPLICATE_EVENT, f"interaction {cmd.event_id} was already accepted", "event_id")
+    if cmd.event_id <= state.stale_floor:
+        return refuse(Code.STALE_EVENT, f"interaction {cmd.event_id} is at or below the floor {state.stale_floor}", "event_id")
+    if cmd.prompt is None and not cmd.controls:
+        return refuse(Code.INVALID_INTERACTION, "an interaction needs a prompt or controls")
+    assert state.config is not None
+    if len(state.pending) >= state.config.max_pending:
+        return refuse(Code.QUEUE_FULL, f"{len(state.pending)} interactions are waiting (pending and in flight); the limit is {state.config.max_pending}")
+    return [InteractionAccepted(event_id=cmd.event_id, prompt=cmd.prompt, controls=cmd.controls, pending=len(state.pending) + 1)]
+
+
+@world_decider.register
+def _(cmd: RefuseInteraction, state: WorldState) -> list[Event]:
+    return [InteractionRejected(event_id=cmd.event_id, code=cmd.code, message=cmd.message, param=cmd.param)]
+
+
+@world_decider.register
+def _(cmd: ResetWorld, state: WorldState) -> list[Event]:
+    discarded = tuple(p.event_id for p in state.pending)
+    return [
+        WorldReset(
+            client_event_id=cmd.event_id,
+            epoch=state.epoch + 1,
+            floor=max(state.floor, state.seen.highest, 0),
+            cancelled_request_ids=(state.inflight.request_id,) if state.inflight else (),
+            discarded_event_ids=discarded,
+            at_ms=cmd.at_ms,
+        )
+    ]
+
+
+@world_decider.register
+def _(cmd: CloseWorld, state: WorldState) -> list[Event]:
+    return _close(state, cmd.reason, cmd.event_id)
+
+
+def _close(state: WorldState, reason: str, event_id: Optional[str]) -> list[Event]:
+    return [
+        WorldClosed(
+            client_event_id=event_id,
+            reason=reason,
+            cancelled_request_ids=(state.inflight.request_id,) if state.inflight else (),
+            discarded_event_ids=tuple(p.event_id for p in state.pending),
+        )
+    ]
+
+
+@world_decider.register
+def _(cmd: Expire, state: WorldState) -> list[Event]:
+    return _close(state, cmd.reason, None)
+
+
+@world_decider.register
+def _(cmd: Detach, state: WorldState) -> list[Event]:
+    return []  # a world session ends with its connection (the transport closes it)
+
+
+def pump_world(cmd: Pump, state: WorldState) -> list[Event]:
+    """The host's nudge: log a failure an output caused, or issue the next tick when it is due."""
+    if state.failed_request_id is not None and state.status == "active":
+        return [WorldFailed(code=state.failure_code or Code.ENGINE_FAILED, message=state.failure_message or "", request_id=state.failed_request_id)]
+    due = next_tick_due_ms(state)
+    if due is None or not cmd.request_ids or (cmd.now_ms is not None and cmd.now_ms < due):
+        return []
+    cfg = state.config
+    assert cfg is not None
+    prompt, controls = _fold(state.prompt, state.controls, state.pending)
+    ordered = sorted(state.pending, key=lambda p: p.event_id)
+    return [
+        WorldTickIssued(
+            request_id=cmd.request_ids[0],
+            epoch=state.epoch,
+            chunk_index=state.chunk_index,
+            applied_event_ids=tuple(p.event_id for p in ordered),
+            prompt=prompt,
+            controls=controls,
+            control_events=tuple(ControlEvent(event_id=p.event_id, control=c) for p in ordered for c in p.controls),
+            engine_state=state.engine_state,
+            seed=cfg.seed,
+            config=cfg,
+            reset=state.chunk_index == 0 and state.epoch > 0,
+            issued_at_ms=cmd.now_ms,
+        )
+    ]
+
+
+@world_decider.register
+def _(cmd: Pump, state: WorldState) -> list[Event]:
+    return pump_world(cmd, state)
+
+
+# ------------------------------------------------------------------------------------ evolvers
+
+
+@evolver.register
+def _(ev: WorldStarted, state: WorldState, seq: int) -> WorldState:
+    return attrs.evolve(
+        state, session_id=ev.session_id, status="active", config=ev.config, prompt=ev.config.prompt, epoch_started_at_ms=ev.at_ms
+    )
+
+
+@evolver.register
+def _(ev: InteractionAccepted, state: WorldState, seq: int) -> WorldState:
+    pending = tuple(sorted(state.pending + (Pending(event_id=ev.event_id, prompt=ev.prompt, controls=ev.controls),), key=lambda p: p.event_id))
+    return attrs.evolve(state, pending=pending, seen=state.seen.add(ev.event_id))
+
+
+@evolver.register
+def _(ev: InteractionRejected, state: WorldState, seq: int) -> WorldState:
+    return state
+
+
+@evolver.register
+def _(ev: WorldTickIssued, state: WorldState, seq: int) -> WorldState:
+    tick = WorldTick(
+        request_id=ev.request_id,
+        epoch=ev.epoch,
+        chunk_index=ev.chunk_index,
+        applied_event_ids=ev.applied_event_ids,
+        prompt=ev.prompt,
+        controls=ev.controls,
+    )
+    return attrs.evolve(state, inflight=tick)
+
+
+@evolver.register
+def _(ev: WorldChunk, state: WorldState, seq: int) -> WorldState:
+    verdict = world_verdict(state, ev)
+    if verdict == "discarded":
+        return state
+    if verdict == "rejected":
+        return attrs.evolve(
+            state,
+            failure_code=Code.TICK_IDENTITY_MISMATCH,
+            failure_message="the engine's output does not echo its tick",
+            failed_request_id=ev.request_id,
+        )
+    t = state.inflight
+    assert t is not None
+    applied = set(t.applied_event_ids)
+    return attrs.evolve(
+        state,
+        inflight=None,
+        pending=tuple(p for p in state.pending if p.event_id not in applied),
+        floor=max([state.floor, *t.applied_event_ids]),
+        prompt=t.prompt,
+        controls=t.controls,
+        engine_state=ev.engine_state,
+        chunk_index=state.chunk_index + 1,
+        chunks_committed=state.chunks_committed + 1,
+    )
+
+
+@evolver.register
+def _(ev: WorldTickFailed, state: WorldState, seq: int) -> WorldState:
+    verdict = world_verdict(state, ev)
+    if verdict == "discarded":
+        return state
+    code = ev.code if verdict == "accepted" else Code.TICK_IDENTITY_MISMATCH
+    return attrs.evolve(state, failure_code=code, failure_message=ev.message, failed_request_id=ev.request_id)
+
+
+@evolver.register
+def _(ev: WorldFailed, state: WorldState, seq: int) -> WorldState:
+    # Fail closed: nothing in flight, pending kept but never applied until a reset.
+    return attrs.evolve(state, status="failed", inflight=None, failure_code=ev.code, failure_message=ev.message, failed_request_id=None)
+
+
+@evolver.register
+def _(ev: WorldReset, state: WorldState, seq: int) -> WorldState:
+    cfg = state.config
+    assert cfg is not None
+    return attrs.evolve(
+        state,
+        status="active",
+        epoch=ev.epoch,
+        chunk_index=0,
+        epoch_started_at_ms=ev.at_ms,
+        pending=(),
+        floor=ev.floor,
+        inflight=None,
+        prompt=cfg.prompt,
+        controls=(),
+        engine_state=None,
+        failure_code=None,
+        failure_message=None,
+        failed_request_id=None,
+    )
+
+
+@evolver.register
+def _(ev: WorldClosed, state: WorldState, seq: int) -> WorldState:
+    return attrs.evolve(state, status="closed", inflight=None, pending=())
+
