@@ -31,7 +31,6 @@ from duplex_es.events import (
     ResponseCreated,
     ResponseDone,
     SessionClosed,
-    SessionUpdated,
     TickFailed,
     TickIssued,
     TickOutput,
@@ -110,7 +109,8 @@ def audit_session(log: EventLog, session_id: str) -> SessionAudit:
     closed = False
     state = SessionState()
     for seq, ev in events:
-        if ev.TYPE in MODEL_FEEDING and (not isinstance(ev, SessionUpdated) or ev.model_relevant):
+        relevant = getattr(ev, "model_relevant", True) and getattr(ev, "in_conversation", True)
+        if ev.TYPE in MODEL_FEEDING and relevant:
             feeding[seq] = ev.TYPE
         if isinstance(ev, TickIssued):
             if ev.request_id in ticks:

@@ -10,6 +10,7 @@ from duplex_es.domain import SessionState, classify_output, evolve
 from duplex_es.events import (
     AudioAppended,
     HeartbeatReceived,
+    ResponseDeferred,
     ItemCreated,
     ItemDeleted,
     ItemRetrieved,
@@ -71,7 +72,7 @@ def verdict_of(before: SessionState, ev: Event) -> str:
     if isinstance(ev, (TickOutput, TickFailed)):
         v = classify_output(before, ev)
         return v.kind if v.accepted else f"{v.kind}: {v.reason}"
-    decided = (TickIssued, EpochAdvanced, SpeechStarted, SpeechStopped, SessionDetached, SessionExpired)
+    decided = (TickIssued, EpochAdvanced, SpeechStarted, SpeechStopped, SessionDetached, SessionExpired, ResponseDeferred)
     if isinstance(ev, decided) or (isinstance(ev, (ResponseDone, InputCommitted, ResponseCreated)) and ev.client_event_id is None):
         return "decided"
     return "accepted"
@@ -96,7 +97,7 @@ def summarize(ev: Event) -> str:
     if isinstance(ev, TextAppended):
         return f"{ev.text[:40]!r}{cid}"
     if isinstance(ev, InputCommitted):
-        return f"item={ev.item_id} appends={len(ev.append_seqs)} audio={_ms(ev.samples)}{cid}"
+        return f"item={ev.item_id} appends={list(ev.append_seqs)} audio={_ms(ev.samples)}{cid}"
     if isinstance(ev, InputCleared):
         return f"discarded={list(ev.discarded_seqs)}{cid}"
     if isinstance(ev, ResponseCreated):
@@ -133,6 +134,8 @@ def summarize(ev: Event) -> str:
         return f"item={ev.item_id} role={ev.role} after={ev.previous_item_id} parts={[p.type for p in ev.content]}{cid}"
     if isinstance(ev, (ItemDeleted, ItemRetrieved)):
         return f"item={ev.item_id}{cid}"
+    if isinstance(ev, ResponseDeferred):
+        return f"response={ev.response_id} waits for the active response"
     if isinstance(ev, OutputAudioCleared):
         return f"response={ev.response_id}{cid}"
     if isinstance(ev, SessionDetached):

@@ -67,14 +67,17 @@ class Harness:
     def pump(self) -> list[Event]:
         return self.run(Pump(request_ids=tuple(nid("req") for _ in range(4))))
 
-    def live_tick(self) -> TickIssued:
-        rid = self.state.active_response.tick_in_flight
+    def live_tick(self, response_id: Optional[str] = None) -> TickIssued:
+        resp = self.state.responses[response_id] if response_id else self.state.active_response
+        rid = resp.tick_in_flight
         return next(ev for _, ev in reversed(self.log) if isinstance(ev, TickIssued) and ev.request_id == rid)
 
-    def output(self, *, ms: int = 500, text: str = "word ", final: bool = False, **override) -> list[Event]:
-        """The engine's output for the live tick: ``ms`` of audio and ``text``."""
-        t = self.live_tick()
-        base = self.state.items[self.state.active_response.item_id]
+    def output(self, *, ms: int = 500, text: str = "word ", final: bool = False, response_id: Optional[str] = None, **override) -> list[Event]:
+        """The engine's output for the live tick (of the default response, or ``response_id``):
+        ``ms`` of audio and ``text``."""
+        t = self.live_tick(response_id)
+        resp = self.state.responses[t.response_id]
+        base = self.state.items[resp.item_id]
         if override.get("new_item_id"):
             base = attrs.evolve(base, full_text="", audio_samples=0)
         fields = dict(

@@ -9,6 +9,7 @@ import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from duplex_es.domain import DeleteItem as DeleteItemCmd
 from duplex_es.domain import (
     AckPlayback,
     AppendText,
@@ -24,7 +25,7 @@ from duplex_es.domain import (
     decide,
     history_transcript,
 )
-from duplex_es.events import AudioFormat, CommandRejected, EpochAdvanced, Mark, ResponseDone, TickIssued
+from duplex_es.events import AudioFormat, AudioSegment, CommandRejected, EpochAdvanced, Mark, ResponseDone, TickIssued
 
 from harness import Harness, append_cmd, nid
 
@@ -129,7 +130,7 @@ def test_the_first_tick_applies_every_accepted_model_feeding_event_once():
     h.run(CreateResponse(response_id="r1", item_id="a1", request_id="q1"))
     tick = [ev for _, ev in h.log if isinstance(ev, TickIssued)][0]
     assert tick.applied_event_ids == (2, 5) and tick.chunk_index == 0
-    assert tick.inputs.user_audio_seqs == (4,) and tick.inputs.instructions == "be brief"
+    assert tick.inputs.user_audio == (AudioSegment(seq=4, offset=0, samples=200 * 24),) and tick.inputs.instructions == "be brief"
     assert h.state.unapplied == ()
     h.output()
     nxt = h.pump()
@@ -480,3 +481,89 @@ def test_committed_ms_cannot_exceed_played_ms():
     rid = _finished_turn(h)
     rej = only_rejection(h.run(AckPlayback(response_id=rid, played_ms=1000, committed_ms=1500)), Code.PLAYBACK_OUT_OF_RANGE)
     assert rej.param == "committed_ms"
+
+
+# ----------------------------------------------------- found by trying to break it (issue 3)
+
+
+def test_a_truncating_ack_cannot_reach_past_the_cut_and_plain_acks_never_go_back():
+    h = Harness.open()
+    rid = _hello_world(h)
+    h.run(AckPlayback(response_id=rid, played_ms=2000, committed_ms=1500, truncate=True))
+    rej = only_rejection(h.run(AckPlayback(response_id=rid, played_ms=2000, committed_ms=1800, truncate=True)), Code.PLAYBACK_OUT_OF_RANGE)
+    assert rej.param == "committed_ms"
+    h.run(AckPlayback(response_id=rid, played_ms=100))
+    assert h.state.responses[rid].committed_ms == 1500
+
+
+def test_untargeted_acks_and_clears_ignore_responses_that_cannot_be_playing():
+    from duplex_es.domain import ClearOutputAudio
+
+    h = Harness.open()
+    _hello_world(h)
+    second = _hello_world(h)  # the first one is now final: answered before a newer turn, never acked
+    assert h.run(AckPlayback(played_ms=100))[0].response_id == second
+    h2 = Harness.open()
+    _hello_world(h2)
+    assert h2.run(ClearOutputAudio(event_id="x"))[0].TYPE == "output_audio_buffer.cleared"
+    only_rejection(h2.run(ClearOutputAudio(event_id="again")), Code.CANCEL_NOT_ACTIVE)
+
+
+def test_a_client_that_never_acks_keeps_a_bounded_state():
+    h = Harness.open()
+    for _ in range(30):
+        _hello_world(h)
+    assert len(h.state.responses) == 1 and len(h.state.retired_response_ids) == 29
+    old = h.state.retired_response_ids[0]
+    only_rejection(h.run(AckPlayback(response_id=old, played_ms=10)), Code.PLAYBACK_TOO_LATE)
+    assert all(r.inputs.history == () for r in h.state.responses.values() if not r.active)
+
+
+def test_items_need_real_content_and_ids():
+    from duplex_es.domain import CreateItem
+    from duplex_es.events import ContentPart
+
+    h = Harness.open()
+    for content, param in (((ContentPart(type="input_text", text=""),), "item.content[0].text"), ((ContentPart(type="input_audio"),), "item.content[0].audio")):
+        rej = only_rejection(h.run(CreateItem(item_id="i1", role="user", content=content)), Code.INVALID_ITEM)
+        assert rej.param == param
+    rej = only_rejection(h.run(CreateItem(item_id="root", role="user", content=(ContentPart(type="input_text", text="x"),))), Code.INVALID_ITEM)
+    assert rej.param == "item.id"
+
+
+def test_out_of_band_truncation_does_not_feed_the_model():
+    from duplex_es.domain import ResponseOptions
+
+    h = Harness.open()
+    h.run(append_cmd(200))
+    h.run(Commit(item_id="u1"))
+    h.run(CreateResponse(response_id="oob", item_id="oob_item", request_id="q1", options=ResponseOptions(conversation="none")))
+    h.output(ms=1000, text="out of band", final=True, response_id="oob")
+    h.pump()
+    unapplied = h.state.unapplied
+    ev = h.run(TruncateItem(item_id="oob_item", audio_end_ms=500))[0]
+    assert ev.TYPE == "conversation.item.truncated" and not ev.in_conversation and h.state.unapplied == unapplied
+    only_rejection(h.run(DeleteItemCmd(item_id="oob_item")), Code.DELETE_INVALID_ITEM)
+
+
+def test_the_voice_cannot_change_per_response_after_audio_either():
+    from duplex_es.domain import ResponseOptions
+
+    h = Harness.open()
+    _finished_turn(h)
+    h.run(append_cmd(200))
+    h.run(Commit(item_id=nid("item")))
+    rej = only_rejection(
+        h.run(CreateResponse(response_id="r", item_id="i", request_id="q", options=ResponseOptions(voice="ash"))), Code.VOICE_UPDATE_AFTER_AUDIO
+    )
+    assert rej.param == "response.audio.output.voice"
+
+
+def test_the_input_format_may_change_with_only_text_buffered():
+    h = Harness.open()
+    h.run(AppendText(text="hello"))
+    ev = h.run(UpdateSession(patch=SessionPatch(input_format=AudioFormat(type="audio/pcmu", rate=8000))))[0]
+    assert ev.TYPE == "session.updated"
+    h.run(append_cmd(20))
+    rej = only_rejection(h.run(UpdateSession(patch=SessionPatch(input_format=AudioFormat(type="audio/pcm", rate=24000)))), Code.BUFFER_NOT_EMPTY)
+    assert rej.param == "session.audio.input.format"

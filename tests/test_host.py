@@ -27,7 +27,7 @@ class CountingEngine:
 
     def step(self, ctx: TickContext) -> EngineOutput:
         k = ctx.tick.chunk_index
-        heard = ctx.read_audio(ctx.tick.inputs.user_audio_seqs) if k == 0 else b""
+        heard = ctx.read_audio(ctx.tick.inputs.user_audio) if k == 0 else b""
         assert k > 0 or len(heard) > 0
         return EngineOutput(
             echo=ctx.identity,

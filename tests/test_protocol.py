@@ -185,3 +185,56 @@ def test_frame_size_counts_utf8_bytes():
     text = "€" * (MAX_FRAME_BYTES // 3 + 10)  # fewer characters than the limit, more bytes
     cmd = parse(json.dumps({"type": "input.text.append", "text": text}, ensure_ascii=False))
     assert isinstance(cmd, Invalid) and cmd.code == Code.FRAME_TOO_LARGE
+
+
+def test_turn_signal_is_strict_about_its_envelope_and_unwraps_before_beta_translation():
+    from duplex_es.domain import TurnSignal
+
+    bad = parse({"type": "turn.signal", "event": "session.update", "foo": 1, "payload": {"session": {"instructions": "hi"}}})
+    assert isinstance(bad, Invalid) and bad.param == "foo"
+    for payload in (False, 0, [], 5):
+        assert isinstance(parse({"type": "turn.signal", "event": "input.cancel", "payload": payload}), Invalid)
+    assert isinstance(parse({"type": "turn.signal", "event": "user_started", "payload": {"x": 1}}), Invalid)
+    assert parse({"type": "turn.signal", "event": "user_started"}) == TurnSignal(signal="user_started")
+    beta = parse_frame(json.dumps({"type": "turn.signal", "event": "session.update", "payload": {"session": {"voice": "ash"}}}), new_id, dialect="beta")
+    assert isinstance(beta, UpdateSession) and beta.patch.voice == "ash"
+
+
+def test_unknown_audio_formats_are_named_as_sent():
+    cmd = parse({"type": "session.update", "session": {"audio": {"input": {"format": {"type": "audio/opus"}}}}})
+    assert cmd.code == Code.UNSUPPORTED_AUDIO_FORMAT and cmd.param == "session.audio.input.format.type" and "audio/opus" in cmd.message
+
+
+def test_command_from_realtime_makes_its_own_ids_when_not_given_any():
+    from duplex_es.protocol import command_from_realtime
+
+    cmd = command_from_realtime({"type": "input_audio_buffer.commit"})
+    assert cmd.item_id.startswith("item_") and len(cmd.item_id) == 21
+
+
+def test_items_open_empty_and_done_events_carry_everything_generated():
+    """The ``.done`` transcript joins the deltas even after a playback ack of 0 ms (the history
+    is what changes); a new output item opens with no content."""
+    from duplex_es.domain import AckPlayback as Ack, AppendText, Commit, SessionState, evolve
+    from duplex_es.events import Mark
+
+    h = Harness.open()
+    h.run(AppendText(text="x"))
+    h.run(Commit(item_id="u"))
+    rid = h.spoken_turn()
+    h.run(Ack(response_id=rid, played_ms=0))
+    h.output(text="Alpha one.", marks=(Mark(text_chars=0, audio_ms=0),))
+    h.pump()
+    h.output(text="Bravo two.", new_item_id="item_second", marks=(Mark(text_chars=0, audio_ms=0),), final=True)
+    h.pump()
+    state, wires = SessionState(), []
+    for seq, ev in h.log:
+        after = evolve(state, seq, ev)
+        wires += project(state, seq, ev, after)
+        state = after
+    opened = [w for w in wires if w["type"] in ("response.output_item.added", "conversation.item.added") and w["item"]["role"] == "assistant"]
+    assert opened and all(w["item"]["content"] == [] for w in opened)
+    done = [w["transcript"] for w in wires if w["type"] == "response.output_audio_transcript.done"]
+    assert done == ["Alpha one.", "Bravo two."]
+    items = [w["item"]["content"][0]["transcript"] for w in wires if w["type"] == "conversation.item.done" and w["item"]["role"] == "assistant"]
+    assert items == ["", ""]  # the history: nothing was heard

@@ -92,12 +92,15 @@ def test_bad_input_gets_a_specific_error_is_logged_changes_nothing_and_keeps_the
     c.send({"type": "response.create", "event_id": "r2"})
     err = c.recv("error")["error"]
     assert (err["code"], err["event_id"]) == (Code.ACTIVE_RESPONSE, "r2")
-    c.send({"type": "conversation.item.truncate", "event_id": "t1", "item_id": item_id, "content_index": 0, "audio_end_ms": 10})
+    c.send({"type": "conversation.item.truncate", "event_id": "t0", "item_id": item_id, "content_index": 0, "audio_end_ms": 0})
     err = c.recv("error")["error"]
-    assert (err["code"], err["event_id"], err["param"]) == (Code.TRUNCATE_OUT_OF_RANGE, "t1", "audio_end_ms")
+    assert (err["code"], err["event_id"], err["param"]) == (Code.ITEM_IN_PROGRESS, "t0", "item_id")
     c.send({"type": "response.cancel", "event_id": "c1"})
     done = c.recv("response.done")["response"]
     assert done["status"] == "cancelled" and done["status_details"]["reason"] == "client_cancelled"
+    c.send({"type": "conversation.item.truncate", "event_id": "t1", "item_id": item_id, "content_index": 0, "audio_end_ms": 10})
+    err = c.recv("error")["error"]
+    assert (err["code"], err["event_id"], err["param"]) == (Code.TRUNCATE_OUT_OF_RANGE, "t1", "audio_end_ms")
     c.send({"type": "session.close"})
     c.recv("session.closed")
 
@@ -108,6 +111,7 @@ def test_bad_input_gets_a_specific_error_is_logged_changes_nothing_and_keeps_the
         expected += [(Code.INPUT_TEXT_EMPTY, None), (code, eid)]
     assert [(e.code, e.client_event_id) for e in rejected] == expected + [
         (Code.ACTIVE_RESPONSE, "r2"),
+        (Code.ITEM_IN_PROGRESS, "t0"),
         (Code.TRUNCATE_OUT_OF_RANGE, "t1"),
     ]
     assert rejected[1].excerpt == "{nope"

@@ -1,15 +1,21 @@
 """User input: audio and text appends, commits, clears, and server VAD verdicts.
 
 Audio is checked against the declared format (PCM16 needs whole samples) and placed on the
-session's input clock in samples (DESIGN I12). With server VAD on, each append runs the detector
-(:mod:`duplex_es.domain.vad`) from the logged VAD state: speech start may barge in on the active
-response (``interrupt_response``), speech stop commits the buffer and may start a response
-(``create_response``). Every verdict is an event carrying audio-clock ms.
+session's input clock in samples (DESIGN I12). The buffer holds segments of logged appends, so
+an item can end where speech stopped inside an append, the rest staying for the next item.
+
+With server VAD on, each append runs the detector (:mod:`duplex_es.domain.vad`) from the logged
+VAD state: speech start may barge in on the active response (``interrupt_response``); speech
+stop commits exactly that utterance and starts a response (``create_response``) — or defers it
+until the active response ends when the two may not overlap. Every verdict is an event carrying
+audio-clock ms. A commit, clear, cancel or turning VAD off ends any speech in progress with a
+``speech_stopped`` at that moment, so starts and stops always pair.
 """
 
 from __future__ import annotations
 
 import base64
+from typing import Optional
 
 import attrs
 
@@ -18,47 +24,83 @@ from duplex_es.domain.audio import ms_of, samples_of
 from duplex_es.domain.commands import AppendAudio, AppendText, CancelInput, ClearInput, Commit, CreateResponse, VadIds
 from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_BUFFER_MS, MAX_INPUT_TEXT_CHARS, MIN_COMMIT_MS
-from duplex_es.domain.responses import cancel_events, start_response
+from duplex_es.domain.responses import cancel_events, retire_frozen, start_response
 from duplex_es.domain.rules import decider, evolver, put_item, reject
 from duplex_es.domain.state import InputBuffer, Item, SessionState
-from duplex_es.domain.vad import detect
+from duplex_es.domain.vad import FRAME_MS, detect
 from duplex_es.events import (
     AudioAppended,
+    AudioSegment,
     Event,
     InputCleared,
     InputCommitted,
+    ResponseDeferred,
     SpeechStarted,
     SpeechStopped,
     TextAppended,
     VadState,
 )
 
-__all__ = ["commit_events"]
+__all__ = ["commit_events", "end_speech", "split_segments"]
 
 
-def commit_events(state: SessionState, item_id: str, event_id=None) -> list[Event]:  # noqa: ANN001
-    """The events of a commit of the whole buffer as user item ``item_id``, or its refusal."""
+def split_segments(segments: tuple[AudioSegment, ...], samples: int) -> tuple[tuple[AudioSegment, ...], tuple[AudioSegment, ...]]:
+    """Cut a run of segments after its first ``samples`` samples: ``(head, tail)``."""
+    head: list[AudioSegment] = []
+    tail: list[AudioSegment] = []
+    left = samples
+    for seg in segments:
+        if left >= seg.samples:
+            head.append(seg)
+            left -= seg.samples
+        elif left > 0:
+            head.append(attrs.evolve(seg, samples=left))
+            tail.append(attrs.evolve(seg, offset=seg.offset + left, samples=seg.samples - left))
+            left = 0
+        else:
+            tail.append(seg)
+    return tuple(head), tuple(tail)
+
+
+def end_speech(state: SessionState) -> list[Event]:
+    """A ``speech_stopped`` now, if server VAD is in the middle of an utterance."""
+    if not state.vad.speaking or state.config is None:
+        return []
+    return [SpeechStopped(audio_end_ms=ms_of(state.input_clock, state.config.input_format.rate), item_id=state.vad.item_id or "")]
+
+
+def commit_events(state: SessionState, item_id: str, event_id: Optional[str] = None, *, up_to: Optional[int] = None) -> list[Event]:
+    """The events of a commit of the buffer (up to clock sample ``up_to``, else all of it) as
+    user item ``item_id``, or its refusal."""
     buf = state.buffer
     rate = state.config.input_format.rate  # type: ignore[union-attr]
-    if not buf.text and buf.samples * 1000 < MIN_COMMIT_MS * rate:
-        have = buf.samples * 1000 / rate
+    take = buf.samples if up_to is None else max(0, min(buf.samples, up_to - buf.start_sample))
+    if not buf.text and take * 1000 < MIN_COMMIT_MS * rate:
         return reject(
             Commit(event_id=event_id, item_id=item_id),
             Code.COMMIT_EMPTY,
             f"Error committing input audio buffer: buffer too small. Expected at least {MIN_COMMIT_MS}ms of audio, "
-            f"but buffer only has {have:.2f}ms of audio.",
+            f"but buffer only has {take * 1000 / rate:.2f}ms of audio.",
         )
+    head, _ = split_segments(buf.segments, take)
     return [
         InputCommitted(
             client_event_id=event_id,
             item_id=item_id,
             previous_item_id=state.last_item_id,
-            append_seqs=buf.append_seqs,
+            segments=head,
+            append_seqs=tuple(dict.fromkeys(s.seq for s in head)),
             text_seqs=buf.text_seqs,
-            samples=buf.samples,
+            samples=take,
             text=buf.text,
         )
     ]
+
+
+def _fold(state: SessionState, events: list[Event]) -> SessionState:
+    from duplex_es.domain.evolve import fold  # local: evolve imports every concern module
+
+    return fold(((state.seq + i + 1, e) for i, e in enumerate(events)), state)
 
 
 @decider.register
@@ -76,15 +118,19 @@ def _(cmd: AppendAudio, state: SessionState) -> list[Event]:
             cmd, Code.BUFFER_FULL, f"the input buffer holds at most {MAX_BUFFER_MS // 1000} s of audio; commit or clear it first", "audio"
         )
     td = cfg.turn_detection
+    appended = AudioAppended(client_event_id=cmd.event_id, audio=cmd.audio, samples=samples, start_sample=state.input_clock)
     if td is None or cmd.vad_ids is None:
-        return [AudioAppended(client_event_id=cmd.event_id, audio=cmd.audio, samples=samples, start_sample=state.input_clock)]
+        return [appended]
     buffer_start = state.buffer.start_sample if not state.buffer.empty else state.input_clock
     pcm = decode_to_pcm16(base64.b64decode(cmd.audio), fmt.type)
-    vad, transitions = detect(state.vad, pcm, state.input_clock, fmt.rate, td, buffer_start)
+    before = state.vad
+    frame = max(1, fmt.rate * FRAME_MS // 1000)
+    if before.frame_fill != state.input_clock % frame:  # VAD was off: re-align frames to the clock
+        before = attrs.evolve(before, frame_fill=state.input_clock % frame, frame_energy=0.0)
+    vad, transitions = detect(before, pcm, state.input_clock, fmt.rate, td, buffer_start)
     ids = cmd.vad_ids
     # Each utterance in one append needs its own item id; later ones derive from the first.
     fresh = iter([ids.item_id] + [f"{ids.item_id}_{n}" for n in range(1, len(transitions) + 1)])
-    appended = AudioAppended(client_event_id=cmd.event_id, audio=cmd.audio, samples=samples, start_sample=state.input_clock, vad=vad)
     events: list[Event] = [appended]
     trial = _fold(state, events)
     current = state.vad.item_id
@@ -99,31 +145,27 @@ def _(cmd: AppendAudio, state: SessionState) -> list[Event]:
             item_id = current or next(fresh)
             current = None
             batch = [SpeechStopped(audio_end_ms=ms_of(t.sample, fmt.rate), item_id=item_id)]
-            committed = commit_events(trial, item_id)
+            committed = commit_events(trial, item_id, up_to=t.sample)
             if isinstance(committed[0], InputCommitted):
                 batch += committed
-                after_commit = _fold(trial, batch)
-                if td.create_response and after_commit.active_response is None:
-                    started = start_response(after_commit, _auto_response(ids, item_id))
-                    batch += [e for e in started if e.TYPE != "command.rejected"]
+                if td.create_response:
+                    after_commit = _fold(trial, batch)
+                    auto = _auto_response(ids, item_id)
+                    if after_commit.active_response is None:
+                        batch += start_response(after_commit, auto)
+                    else:
+                        batch.append(ResponseDeferred(response_id=auto.response_id, item_id=auto.item_id, request_id=auto.request_id))
+            # else: under 100 ms of speech is not a turn; its audio stays in the buffer.
         trial = _fold(trial, batch)
-        events += batch
+        events += [e for e in batch if e.TYPE != "command.rejected"]
     # The logged VAD state names the utterance still in progress at the end of the append.
     events[0] = attrs.evolve(appended, vad=attrs.evolve(vad, item_id=current if vad.speaking else None))
     return events
 
 
-def _fold(state: SessionState, events: list[Event]) -> SessionState:
-    from duplex_es.domain.evolve import fold  # local: evolve imports every concern module
-
-    return fold(((state.seq + i + 1, e) for i, e in enumerate(events)), state)
-
-
 def _auto_response(ids: VadIds, item_id: str) -> CreateResponse:
     suffix = "" if item_id == ids.item_id else item_id[len(ids.item_id) :]
-    return CreateResponse(
-        response_id=ids.response_id + suffix, item_id=ids.response_item_id + suffix, request_id=ids.request_id + suffix
-    )
+    return CreateResponse(response_id=ids.response_id + suffix, item_id=ids.response_item_id + suffix, request_id=ids.request_id + suffix)
 
 
 @decider.register
@@ -139,23 +181,24 @@ def _(cmd: AppendText, state: SessionState) -> list[Event]:
 def _(cmd: Commit, state: SessionState) -> list[Event]:
     if cmd.item_id in state.items:
         return reject(cmd, Code.ITEM_EXISTS, f"an item with id {cmd.item_id!r} already exists")
-    return commit_events(state, cmd.item_id, cmd.event_id)
+    committed = commit_events(state, cmd.item_id, cmd.event_id)
+    if isinstance(committed[0], InputCommitted):
+        return end_speech(state) + committed
+    return committed
 
 
 @decider.register
 def _(cmd: ClearInput, state: SessionState) -> list[Event]:
-    buf = state.buffer
-    return [InputCleared(client_event_id=cmd.event_id, discarded_seqs=tuple(sorted(buf.append_seqs + buf.text_seqs)))]
+    return end_speech(state) + [InputCleared(client_event_id=cmd.event_id, discarded_seqs=_buffered(state))]
 
 
 @decider.register
 def _(cmd: CancelInput, state: SessionState) -> list[Event]:
-    buf = state.buffer
-    return [
-        InputCleared(
-            client_event_id=cmd.event_id, discarded_seqs=tuple(sorted(buf.append_seqs + buf.text_seqs)), reason="input_cancelled"
-        )
-    ]
+    return end_speech(state) + [InputCleared(client_event_id=cmd.event_id, discarded_seqs=_buffered(state), reason="input_cancelled")]
+
+
+def _buffered(state: SessionState) -> tuple[int, ...]:
+    return tuple(sorted(state.buffer.append_seqs + state.buffer.text_seqs))
 
 
 # ---------------------------------------------------------------------------------- evolvers
@@ -165,7 +208,13 @@ def _(cmd: CancelInput, state: SessionState) -> list[Event]:
 def _(ev: AudioAppended, state: SessionState, seq: int) -> SessionState:
     buf = state.buffer
     start = buf.start_sample if not buf.empty else ev.start_sample
-    buf = attrs.evolve(buf, append_seqs=buf.append_seqs + (seq,), samples=buf.samples + ev.samples, start_sample=start)
+    buf = attrs.evolve(
+        buf,
+        segments=buf.segments + (AudioSegment(seq=seq, offset=0, samples=ev.samples),),
+        append_seqs=buf.append_seqs + (seq,),
+        samples=buf.samples + ev.samples,
+        start_sample=start,
+    )
     return attrs.evolve(state, buffer=buf, input_clock=state.input_clock + ev.samples, vad=ev.vad or VadState())
 
 
@@ -184,7 +233,13 @@ def _(ev: SpeechStarted, state: SessionState, seq: int) -> SessionState:
 
 @evolver.register
 def _(ev: SpeechStopped, state: SessionState, seq: int) -> SessionState:
-    return state
+    # Ends speech wherever it came from: VAD (already not speaking) or a commit / clear / cancel.
+    return attrs.evolve(state, vad=attrs.evolve(state.vad, speaking=False, voiced_run=0, silence_run=0, item_id=None))
+
+
+@evolver.register
+def _(ev: ResponseDeferred, state: SessionState, seq: int) -> SessionState:
+    return attrs.evolve(state, deferred_response=ev)
 
 
 @evolver.register
@@ -194,17 +249,23 @@ def _(ev: InputCommitted, state: SessionState, seq: int) -> SessionState:
     item = Item(
         id=ev.item_id,
         role="user",
-        content_type="input_audio" if ev.append_seqs else "input_text",
-        audio_seqs=ev.append_seqs,
+        content_type="input_audio" if ev.segments else "input_text",
+        audio=ev.segments,
         input_samples=ev.samples,
         input_text=ev.text,
         audio_format=cfg.input_format,
     )
-    # The VAD state stays: speech that goes on after a manual commit becomes the next item.
-    state = attrs.evolve(state, buffer=InputBuffer(), unapplied=state.unapplied + (seq,), last_commit_seq=seq)
-    return put_item(state, item)
+    _, rest = split_segments(state.buffer.segments, ev.samples)
+    buffer = InputBuffer(
+        segments=rest,
+        append_seqs=tuple(dict.fromkeys(s.seq for s in rest)),
+        samples=state.buffer.samples - ev.samples,
+        start_sample=state.buffer.start_sample + ev.samples,
+    )
+    state = attrs.evolve(state, buffer=buffer, unapplied=state.unapplied + (seq,), last_commit_seq=seq)
+    return retire_frozen(put_item(state, item))
 
 
 @evolver.register
 def _(ev: InputCleared, state: SessionState, seq: int) -> SessionState:
-    return attrs.evolve(state, buffer=InputBuffer(), vad=VadState())
+    return attrs.evolve(state, buffer=InputBuffer(), vad=VadState(frame_fill=state.vad.frame_fill, frame_energy=state.vad.frame_energy))

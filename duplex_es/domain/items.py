@@ -16,7 +16,8 @@ from duplex_es.domain.limits import MAX_BUFFER_MS, MAX_INPUT_TEXT_CHARS
 from duplex_es.domain.playback import history_transcript, maybe_release, refresh_transcripts
 from duplex_es.domain.rules import decider, evolver, put_item, put_response, reject
 from duplex_es.domain.state import Item, SessionState
-from duplex_es.events import Event, ItemCreated, ItemDeleted, ItemRetrieved, ItemTruncated
+from duplex_es.domain.responses import retire_frozen
+from duplex_es.events import AudioSegment, Event, ItemCreated, ItemDeleted, ItemRetrieved, ItemTruncated
 
 _PARTS_BY_ROLE = {"user": {"input_text", "input_audio"}, "system": {"input_text"}, "assistant": {"output_text"}}
 
@@ -35,8 +36,15 @@ def _(cmd: CreateItem, state: SessionState) -> list[Event]:
             )
     if not cmd.content:
         return reject(cmd, Code.INVALID_ITEM, "an item needs at least one content part", "item.content")
+    for i, part in enumerate(cmd.content):
+        empty = not part.audio if part.type == "input_audio" else not part.text
+        if empty:
+            what = "audio" if part.type == "input_audio" else "text"
+            return reject(cmd, Code.INVALID_ITEM, f"a {part.type} part needs non-empty {what}", f"item.content[{i}].{what}")
     if cmd.item_id in state.items:
         return reject(cmd, Code.ITEM_EXISTS, f"an item with id {cmd.item_id!r} already exists", "item.id")
+    if cmd.item_id == ROOT:
+        return reject(cmd, Code.INVALID_ITEM, f"{ROOT!r} names the start of the conversation and cannot be an item id", "item.id")
     previous = cmd.previous_item_id
     if previous not in (None, ROOT) and previous not in state.item_order:
         return reject(
@@ -75,10 +83,12 @@ def _(cmd: RetrieveItem, state: SessionState) -> list[Event]:
 @decider.register
 def _(cmd: DeleteItem, state: SessionState) -> list[Event]:
     item = state.items.get(cmd.item_id)
-    if item is None or not item.in_conversation:
+    if item is None:
         return reject(
             cmd, Code.DELETE_INVALID_ITEM, f"Error deleting item: the item with id '{cmd.item_id[:64]}' does not exist.", "item_id"
         )
+    if not item.in_conversation:
+        return reject(cmd, Code.DELETE_INVALID_ITEM, f"item {cmd.item_id} belongs to an out-of-band response, not to the conversation", "item_id")
     if item.response_id is not None and item.response_id in state.responses and state.responses[item.response_id].active:
         return reject(cmd, Code.ITEM_IN_PROGRESS, f"item {cmd.item_id} belongs to a response in progress; cancel it first", "item_id")
     return [ItemDeleted(client_event_id=cmd.event_id, item_id=cmd.item_id)]
@@ -95,6 +105,8 @@ def _(cmd: TruncateItem, state: SessionState) -> list[Event]:
         return reject(cmd, Code.TRUNCATE_UNSUPPORTED_CONTENT, "Only model output audio messages can be truncated", "item_id")
     if cmd.content_index != 0:
         return reject(cmd, Code.INVALID_CONTENT_INDEX, "an audio item has one content part: content_index must be 0", "content_index")
+    if item.status == "in_progress":
+        return reject(cmd, Code.ITEM_IN_PROGRESS, f"item {item.id} is still being generated; cancel its response first", "item_id")
     if cmd.audio_end_ms < 0:
         return reject(cmd, Code.TRUNCATE_OUT_OF_RANGE, "audio_end_ms must be >= 0", "audio_end_ms")
     if cmd.audio_end_ms > item.audio_ms:
@@ -107,7 +119,12 @@ def _(cmd: TruncateItem, state: SessionState) -> list[Event]:
     remove = state.config is not None and state.config.transcript_on_truncate == "remove"
     return [
         ItemTruncated(
-            client_event_id=cmd.event_id, item_id=item.id, content_index=0, audio_end_ms=cmd.audio_end_ms, remove_transcript=remove
+            client_event_id=cmd.event_id,
+            item_id=item.id,
+            content_index=0,
+            audio_end_ms=cmd.audio_end_ms,
+            remove_transcript=remove,
+            in_conversation=item.in_conversation,
         )
     ]
 
@@ -127,7 +144,7 @@ def _(ev: ItemCreated, state: SessionState, seq: int) -> SessionState:
             id=ev.item_id,
             role=ev.role,
             content_type="input_audio" if has_audio else "input_text",
-            audio_seqs=(seq,) if has_audio else (),
+            audio=(AudioSegment(seq=seq, offset=0, samples=ev.samples),) if has_audio else (),
             input_samples=ev.samples,
             input_text=text,
             audio_format=fmt,
@@ -135,7 +152,7 @@ def _(ev: ItemCreated, state: SessionState, seq: int) -> SessionState:
     state = put_item(state, item, after=ev.previous_item_id)
     state = attrs.evolve(state, unapplied=state.unapplied + (seq,))
     if ev.role == "user":
-        state = attrs.evolve(state, last_commit_seq=seq)
+        state = retire_frozen(attrs.evolve(state, last_commit_seq=seq))
     return state
 
 
@@ -172,4 +189,4 @@ def _(ev: ItemTruncated, state: SessionState, seq: int) -> SessionState:
         state = maybe_release(state, resp.id)
     else:
         state = put_item(state, attrs.evolve(item, transcript=history_transcript(item, None)))
-    return attrs.evolve(state, unapplied=state.unapplied + (seq,))
+    return attrs.evolve(state, unapplied=state.unapplied + (seq,)) if ev.in_conversation else state

@@ -15,6 +15,7 @@ import attrs
 from duplex_es.audio import is_supported
 from duplex_es.domain.commands import UNSET, CloseSession, Detach, Expire, Heartbeat, Resume, TurnSignal, UpdateSession
 from duplex_es.domain.errors import Code
+from duplex_es.domain.input import end_speech
 from duplex_es.domain.limits import MAX_INSTRUCTIONS_CHARS, VOICES
 from duplex_es.domain.responses import cancel_events
 from duplex_es.domain.rules import decider, evolver, reject
@@ -45,7 +46,10 @@ _TD = "session.audio.input.turn_detection"
 
 def merge_turn_detection(current: TurnDetection | None, patch: dict[str, Any]) -> tuple[TurnDetection | None, tuple[str, str] | None]:
     """Merge a partial ``turn_detection`` object field-wise into the current settings (OpenAI's
-    defaults fill what was never set). Returns the result, or ``(None, (param, message))``."""
+    defaults fill what was never set). Turning it on needs a ``type``. Returns the result, or
+    ``(None, (param, message))``."""
+    if current is None and "type" not in patch:
+        return None, (f"{_TD}.type", "turn detection is off: turning it on needs type \"server_vad\"")
     kind = patch.get("type", current.type if current else "server_vad")
     if kind != "server_vad":
         return None, (f"{_TD}.type", f"turn detection {str(kind)[:32]!r} is not supported; use server_vad or null")
@@ -59,8 +63,8 @@ def merge_turn_detection(current: TurnDetection | None, patch: dict[str, Any]) -
     }
     changes: dict[str, Any] = {}
     for key, value in patch.items():
-        if key == "type":
-            continue
+        if key == "type" or (key == "idle_timeout_ms" and value is None):
+            continue  # idle_timeout_ms: null is OpenAI's default: no idle timeout
         if key not in checks:
             return None, (f"{_TD}.{key}", f"{key} is not supported by duplex_es server VAD")
         ok, want = checks[key]
@@ -87,7 +91,7 @@ def _(cmd: UpdateSession, state: SessionState) -> list[Event]:
                 "audio/pcmu and audio/pcma at 8000 Hz",
                 param,
             )
-    if p.input_format is not UNSET and p.input_format != cfg.input_format and not state.buffer.empty:
+    if p.input_format is not UNSET and p.input_format != cfg.input_format and state.buffer.samples:
         return reject(
             cmd,
             Code.BUFFER_NOT_EMPTY,
@@ -126,7 +130,8 @@ def _(cmd: UpdateSession, state: SessionState) -> list[Event]:
     }
     new = attrs.evolve(cfg, turn_detection=turn_detection, **changes)
     relevant = any(getattr(new, f) != getattr(cfg, f) for f in _MODEL_FIELDS)
-    return [SessionUpdated(client_event_id=cmd.event_id, config=new, model_relevant=relevant)]
+    ending = end_speech(state) if turn_detection is None else []
+    return ending + [SessionUpdated(client_event_id=cmd.event_id, config=new, model_relevant=relevant)]
 
 
 @decider.register

@@ -22,7 +22,22 @@ from duplex_es.domain.rules import decider, evolver, put_item, put_response, rej
 from duplex_es.domain.state import Item, Response, SessionState
 from duplex_es.events import Event, ItemTruncated, PlaybackAcked
 
-__all__ = ["history_transcript", "refresh_transcripts", "maybe_release"]
+__all__ = ["history_transcript", "refresh_transcripts", "maybe_release", "frozen", "may_still_play"]
+
+
+def frozen(state: SessionState, resp: Response) -> bool:
+    """True when ``resp`` answered an older user turn and was never acknowledged: its history
+    is final and acks for it are ``playback_ack_too_late``."""
+    return not resp.slot_reserved and resp.conversation == "auto" and resp.answers_commit_seq < state.last_commit_seq
+
+
+def may_still_play(state: SessionState, resp: Response) -> bool:
+    """True while the client may still be playing ``resp``: it is generating, or it has audio
+    past the committed position that was neither cleared nor made final."""
+    if resp.active:
+        return True
+    end = resp.generated_ms if resp.cap_ms is None else min(resp.generated_ms, resp.cap_ms)
+    return not resp.playback_cleared and not frozen(state, resp) and resp.committed_ms < end
 
 
 def history_transcript(item: Item, resp: Optional[Response]) -> str:
@@ -78,6 +93,8 @@ def _target(state: SessionState, cmd: AckPlayback) -> tuple[Optional[Response], 
     audio may still be playing (DESIGN §4, no guessing)."""
     if cmd.response_id is not None:
         resp = state.responses.get(cmd.response_id)
+        if resp is None and cmd.response_id in state.retired_response_ids:
+            return None, reject(cmd, Code.PLAYBACK_TOO_LATE, f"response {cmd.response_id} answered an earlier user turn and was never acknowledged; its history is final")
         if resp is None:
             return None, reject(cmd, Code.PLAYBACK_TARGET_NOT_FOUND, f"no playing or unreleased response {cmd.response_id}", "response_id")
         if cmd.item_id is not None and cmd.item_id not in resp.item_ids:
@@ -86,16 +103,27 @@ def _target(state: SessionState, cmd: AckPlayback) -> tuple[Optional[Response], 
     if cmd.item_id is not None:
         item = state.items.get(cmd.item_id)
         resp = state.responses.get(item.response_id) if item is not None and item.response_id else None
+        if resp is None and item is not None and item.response_id in state.retired_response_ids:
+            return None, reject(cmd, Code.PLAYBACK_TOO_LATE, f"item {cmd.item_id} answered an earlier user turn and was never acknowledged; its history is final")
         if resp is None:
             return None, reject(cmd, Code.PLAYBACK_TARGET_NOT_FOUND, f"no playing assistant item {cmd.item_id}", "item_id")
         return resp, None
-    candidates = [r for r in state.responses.values() if r.active or r.committed_ms < r.generated_ms]
+    candidates = [r for r in state.responses.values() if may_still_play(state, r)]
     if not candidates:
         return None, reject(cmd, Code.PLAYBACK_TARGET_NOT_FOUND, "no response is playing; name response_id")
     if len(candidates) > 1:
         ids = ", ".join(r.id for r in candidates)
         return None, reject(cmd, Code.PLAYBACK_AMBIGUOUS, f"several responses may be playing ({ids}); name response_id")
     return candidates[0], None
+
+
+def _item_at(state: SessionState, resp: Response, ms: int) -> str:
+    """The response's item playing at ``ms`` of its audio (its last item past the end)."""
+    for item_id in resp.item_ids:
+        item = state.items.get(item_id)
+        if item is not None and ms < item.offset_ms + item.generated_ms:
+            return item_id
+    return resp.item_id
 
 
 @decider.register
@@ -117,13 +145,17 @@ def _(cmd: AckPlayback, state: SessionState) -> list[Event]:
             )
     if committed > cmd.played_ms:
         return reject(cmd, Code.PLAYBACK_OUT_OF_RANGE, "committed_ms cannot exceed played_ms", "committed_ms")
-    if not resp.slot_reserved and resp.conversation == "auto" and resp.answers_commit_seq < state.last_commit_seq:
+    if frozen(state, resp):
         return reject(
             cmd,
             Code.PLAYBACK_TOO_LATE,
             f"response {resp.id} answered an earlier user turn and was never acknowledged; its history is final",
         )
     if cmd.truncate:
+        if resp.cap_ms is not None and committed > resp.cap_ms:
+            return reject(
+                cmd, Code.PLAYBACK_OUT_OF_RANGE, f"committed_ms {committed} is past the truncation at {resp.cap_ms} ms", "committed_ms"
+            )
         new_committed = committed
     else:
         new_committed = max(resp.committed_ms, committed)
@@ -133,7 +165,7 @@ def _(cmd: AckPlayback, state: SessionState) -> list[Event]:
         PlaybackAcked(
             client_event_id=cmd.event_id,
             response_id=resp.id,
-            item_id=cmd.item_id or resp.item_id,
+            item_id=cmd.item_id or _item_at(state, resp, new_committed),
             played_ms=max(resp.played_ms, cmd.played_ms),
             committed_ms=new_committed,
             truncate=cmd.truncate,
@@ -146,7 +178,9 @@ def _(cmd: AckPlayback, state: SessionState) -> list[Event]:
             if item is None or not item.offset_ms <= committed < item.offset_ms + max(item.audio_ms, 1):
                 continue
             events.append(
-                ItemTruncated(item_id=item_id, audio_end_ms=committed - item.offset_ms, remove_transcript=remove)
+                ItemTruncated(
+                    item_id=item_id, audio_end_ms=committed - item.offset_ms, remove_transcript=remove, in_conversation=item.in_conversation
+                )
             )
     return events
 

@@ -17,10 +17,11 @@ from duplex_es.audio import is_supported
 from duplex_es.domain.commands import BargeIn, CancelResponse, ClearOutputAudio, CreateResponse, Pump
 from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_INSTRUCTIONS_CHARS, MAX_OUT_OF_BAND_RESPONSES, VOICES
-from duplex_es.domain.playback import maybe_release, refresh_transcripts
+from duplex_es.domain.playback import may_still_play, maybe_release, refresh_transcripts
 from duplex_es.domain.rules import decider, evolver, put_item, put_response, reject
 from duplex_es.domain.state import Item, Response, SessionState, Tick
 from duplex_es.events import (
+    AudioSegment,
     EpochAdvanced,
     Event,
     HistoryEntry,
@@ -33,7 +34,7 @@ from duplex_es.events import (
     TickOutput,
 )
 
-__all__ = ["Verdict", "ACCEPTED", "classify_output", "speech_inputs", "cancel_events", "start_response"]
+__all__ = ["Verdict", "ACCEPTED", "classify_output", "speech_inputs", "cancel_events", "start_response", "retire_frozen"]
 
 
 # -------------------------------------------------------------------------------- verdicts
@@ -82,6 +83,24 @@ def classify_output(state: SessionState, ev: Union[TickOutput, TickFailed]) -> V
 # ---------------------------------------------------------------------------------- inputs
 
 
+def retire_frozen(state: SessionState) -> SessionState:
+    """Drop the ledger of every ended, never-acknowledged response that a newer user turn made
+    final (``playback_ack_too_late``): only its id is kept, so a session whose client never
+    acks does not grow with every response."""
+    frozen = [
+        r.id
+        for r in state.responses.values()
+        if not r.active and not r.slot_reserved and r.conversation == "auto" and r.answers_commit_seq < state.last_commit_seq
+    ]
+    if not frozen:
+        return state
+    return attrs.evolve(
+        state,
+        responses={k: v for k, v in state.responses.items() if k not in frozen},
+        retired_response_ids=state.retired_response_ids + tuple(frozen),
+    )
+
+
 def speech_inputs(state: SessionState, *, output_format, instructions: str, voice: str, modalities) -> SpeechInputs:
     """What the engine reads for a new response: the newest user item and the conversation as
     heard so far (assistant items hold only their heard prefix)."""
@@ -99,7 +118,7 @@ def speech_inputs(state: SessionState, *, output_format, instructions: str, voic
     )
     return SpeechInputs(
         reply_to_item_id=user.id if user else None,
-        user_audio_seqs=user.audio_seqs if user else (),
+        user_audio=user.audio if user else (),
         user_text=user.input_text if user else "",
         input_format=cfg.input_format,
         output_format=output_format,
@@ -142,6 +161,8 @@ def start_response(state: SessionState, cmd: CreateResponse) -> list[Event]:
     voice = cfg.voice if o.voice is None else o.voice
     if voice not in VOICES:
         return reject(cmd, Code.UNSUPPORTED_VOICE, f"unknown voice {voice[:64]!r}", "response.audio.output.voice")
+    if voice != cfg.voice and state.audio_output_started:
+        return reject(cmd, Code.VOICE_UPDATE_AFTER_AUDIO, "the voice cannot change after the session produced audio", "response.audio.output.voice")
     instructions = cfg.instructions if o.instructions is None else o.instructions
     if len(instructions) > MAX_INSTRUCTIONS_CHARS:
         return reject(cmd, Code.INSTRUCTIONS_TOO_LONG, f"instructions exceed {MAX_INSTRUCTIONS_CHARS} characters", "response.instructions")
@@ -253,10 +274,8 @@ def _(cmd: ClearOutputAudio, state: SessionState) -> list[Event]:
     if cmd.response_id is not None:
         resp = state.responses.get(cmd.response_id)
     else:
-        resp = state.active_response or next(
-            (r for r in reversed(list(state.responses.values())) if r.committed_ms < r.generated_ms), None
-        )
-    if resp is None:
+        resp = state.active_response or next((r for r in reversed(list(state.responses.values())) if may_still_play(state, r)), None)
+    if resp is None or not may_still_play(state, resp):
         param = "response_id" if cmd.response_id is not None else None
         return reject(cmd, Code.CANCEL_NOT_ACTIVE, "output_audio_buffer.clear: no response has audio to clear", param)
     cleared = OutputAudioCleared(client_event_id=cmd.event_id, response_id=resp.id)
@@ -273,6 +292,10 @@ def _(cmd: ClearOutputAudio, state: SessionState) -> list[Event]:
 @decider.register
 def _(cmd: Pump, state: SessionState) -> list[Event]:
     events: list[Event] = []
+    deferred = state.deferred_response
+    if deferred is not None and state.active_response is None:
+        # A server VAD turn waited for the previous response to end.
+        return start_response(state, CreateResponse(response_id=deferred.response_id, item_id=deferred.item_id, request_id=deferred.request_id))
     ids = iter(cmd.request_ids)
     epoch = state.epoch
     for resp in state.live_responses():
@@ -338,7 +361,8 @@ def _(ev: ResponseCreated, state: SessionState, seq: int) -> SessionState:
     )
     state = put_response(state, resp)
     if in_conversation:
-        state = attrs.evolve(state, active_response_id=ev.response_id)
+        deferred = state.deferred_response
+        state = attrs.evolve(state, active_response_id=ev.response_id, deferred_response=None if deferred and deferred.response_id == ev.response_id else deferred)
     return put_item(state, item)
 
 
@@ -396,7 +420,7 @@ def _(ev: TickOutput, state: SessionState, seq: int) -> SessionState:
         item,
         full_text=item.full_text + ev.text_delta,
         audio_samples=item.audio_samples + new_samples,
-        audio_seqs=item.audio_seqs + ((seq,) if new_samples else ()),
+        audio=item.audio + ((AudioSegment(seq=seq, offset=0, samples=new_samples),) if new_samples else ()),
         marks=item.marks + tuple(ev.marks),
         complete=item.complete or ev.final,
     )
@@ -450,13 +474,15 @@ def _(ev: EpochAdvanced, state: SessionState, seq: int) -> SessionState:
 
 @evolver.register
 def _(ev: OutputAudioCleared, state: SessionState, seq: int) -> SessionState:
-    return state  # the cancel that follows (if any) changes the state; the clear is a record
+    resp = state.responses.get(ev.response_id)
+    return state if resp is None else put_response(state, attrs.evolve(resp, playback_cleared=True))
 
 
 @evolver.register
 def _(ev: ResponseDone, state: SessionState, seq: int) -> SessionState:
     resp = state.responses[ev.response_id]
-    resp = attrs.evolve(resp, status=ev.status, status_reason=ev.reason, tick_in_flight=None)
+    # Its inputs (a copy of the conversation) are only needed to issue ticks.
+    resp = attrs.evolve(resp, status=ev.status, status_reason=ev.reason, tick_in_flight=None, inputs=SpeechInputs())
     if ev.heard_ms is not None:
         resp = attrs.evolve(resp, acked=True, committed_ms=ev.heard_ms)
     item = state.items.get(resp.item_id)

@@ -11,7 +11,7 @@ from typing import Optional
 
 import attrs
 
-from duplex_es.events import AudioFormat, Mark, SessionConfig, SpeechInputs, VadState
+from duplex_es.events import AudioFormat, AudioSegment, Mark, ResponseDeferred, SessionConfig, SpeechInputs, VadState
 
 __all__ = ["InputBuffer", "Item", "Response", "Tick", "Lease", "SessionState", "ACTIVE", "TERMINAL_STATUSES"]
 
@@ -21,12 +21,15 @@ TERMINAL_STATUSES = frozenset({"completed", "cancelled", "failed", "incomplete"}
 
 @attrs.frozen(kw_only=True)
 class InputBuffer:
-    """The uncommitted input: appended audio (by seq) and text, in log order.
+    """The uncommitted input: appended audio (as segments of logged appends) and text, in log
+    order.
 
     ``samples`` is the buffered audio's length in samples of the session's input format;
-    ``start_sample`` is where the buffer begins on the input clock.
+    ``start_sample`` is where the buffer begins on the input clock; ``append_seqs`` the appends
+    it draws from.
     """
 
+    segments: tuple[AudioSegment, ...] = ()
     append_seqs: tuple[int, ...] = ()
     samples: int = 0
     start_sample: int = 0
@@ -43,13 +46,14 @@ class InputBuffer:
 class Item:
     """One conversation item.
 
-    User items come from a commit or ``conversation.item.create``: ``audio_seqs`` name the events
-    holding their audio, ``input_samples`` its length, ``input_text`` the text sent with it,
-    ``transcript`` what the engine heard. Assistant items belong to ``response_id`` and start
-    ``offset_ms`` into the response's audio: ``full_text`` is everything generated,
-    ``transcript`` what the history keeps (the heard prefix), ``audio_samples`` the generated
-    audio (the sum of the delta bytes over bytes per sample), ``audio_seqs`` the outputs holding
-    it, ``marks`` the text/audio alignment, ``truncated_ms`` the hard cap set by a truncate.
+    ``audio`` are the segments of logged audio the item holds (appends, a created item, or engine
+    outputs). User items come from a commit or ``conversation.item.create``: ``input_samples``
+    is their audio length, ``input_text`` the text sent with it, ``transcript`` what the engine
+    heard. Assistant items belong to ``response_id`` and start ``offset_ms`` into the response's
+    audio: ``full_text`` is everything generated, ``transcript`` what the history keeps (the
+    heard prefix), ``audio_samples`` the generated audio (the sum of the delta bytes over bytes
+    per sample), ``marks`` the text/audio alignment, ``truncated_ms`` the hard cap set by a
+    truncate.
     ``in_conversation`` is false for the items of out-of-band responses.
     """
 
@@ -58,7 +62,7 @@ class Item:
     status: str = "completed"
     content_type: str = "input_audio"
     in_conversation: bool = True
-    audio_seqs: tuple[int, ...] = ()
+    audio: tuple[AudioSegment, ...] = ()
     input_samples: int = 0
     input_text: str = ""
     transcript: str = ""
@@ -95,6 +99,7 @@ class Response:
     client's acks (monotonic), ``cap_ms`` set by a hard truncation (it lowers ``committed_ms`` and
     caps every later ack). ``slot_reserved`` becomes true with the first accepted ack: after
     that the history follows playback even once newer user input exists.
+    ``playback_cleared``: the client dropped what it had not played (``output_audio_buffer.clear``).
     """
 
     id: str
@@ -121,6 +126,7 @@ class Response:
     cap_ms: Optional[int] = None
     acked: bool = False
     slot_reserved: bool = False
+    playback_cleared: bool = False
 
     @property
     def sent_ms(self) -> int:
@@ -167,6 +173,9 @@ class SessionState:
     order (DESIGN I5). ``input_clock`` is the number of input samples appended since the
     session began: the audio clock of DESIGN I12. ``last_commit_seq`` is the seq of the newest
     user item (the ``playback_ack_too_late`` rule measures responses against it).
+    ``retired_response_ids`` are responses whose ledger was dropped unacknowledged once a newer
+    user turn made their history final; ``deferred_response`` a server VAD turn's response
+    waiting for the active one to end.
     """
 
     session_id: str = ""
@@ -187,6 +196,8 @@ class SessionState:
     last_commit_seq: int = 0
     audio_output_started: bool = False
     lease: Lease = Lease()
+    retired_response_ids: tuple[str, ...] = ()
+    deferred_response: Optional[ResponseDeferred] = None
 
     @property
     def active_response(self) -> Optional[Response]:

@@ -45,6 +45,10 @@ def detect(
 ) -> tuple[VadState, list[Transition]]:
     """Run the detector over one append.
 
+    Frames are 10 ms of the input clock, counted from the session's start: a frame begun by one
+    append is finished by the next (its partial energy is carried in the state), so the verdicts
+    do not depend on how the client sized its appends.
+
     Args:
         state: the VAD state before the append.
         samples: the append's audio as int16 PCM at ``rate`` Hz.
@@ -56,36 +60,43 @@ def detect(
     Returns:
         The state after the append, and the start/stop transitions in it, in order.
     """
-    frame = max(1, rate * FRAME_MS // 1000)
     n = len(samples)
     if n == 0:
         return state, []
-    x = samples.astype(np.float64) / 32768.0
-    bounds = list(range(0, n, frame))
-    levels = np.array([np.sqrt(np.mean(x[b : b + frame] ** 2)) for b in bounds])
-    voiced = 20 * np.log10(levels + 1e-12) >= threshold_dbfs(td.threshold)
+    frame = max(1, rate * FRAME_MS // 1000)
+    sq = (samples.astype(np.float64) / 32768.0) ** 2
+    first = frame - state.frame_fill
+    starts = [0] + list(range(first, n, frame)) if first < n else [0]
+    sums = np.add.reduceat(sq, starts)
     min_speech = rate * MIN_SPEECH_MS // 1000
     silence_needed = rate * td.silence_duration_ms // 1000
     padding = rate * td.prefix_padding_ms // 1000
+    level = 10 ** (threshold_dbfs(td.threshold) / 10)  # mean square of a frame at the threshold
     out: list[Transition] = []
     s = state
-    for b, v in zip(bounds, voiced):
-        length = min(frame, n - b)
-        pos = start_sample + b
+    energy, fill = state.frame_energy, state.frame_fill
+    for i, b in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else n
+        energy += float(sums[i])
+        fill += end - b
+        if fill < frame:
+            break  # an unfinished frame: carried to the next append
+        voiced = energy / frame >= level
+        pos = start_sample + end  # where this frame ends on the clock
+        energy, fill = 0.0, 0
         if not s.speaking:
-            run = s.voiced_run + length if v else 0
+            run = s.voiced_run + frame if voiced else 0
             if run >= min_speech:
-                onset = pos + length - run
-                start = max(buffer_start, onset - padding)
+                start = max(buffer_start, pos - run - padding)
                 s = attrs.evolve(s, speaking=True, start_sample=start, voiced_run=0, silence_run=0)
                 out.append(Transition("started", start))
             else:
                 s = attrs.evolve(s, voiced_run=run)
         else:
-            silence = 0 if v else s.silence_run + length
+            silence = 0 if voiced else s.silence_run + frame
             if silence >= silence_needed:
                 s = attrs.evolve(s, speaking=False, voiced_run=0, silence_run=0)
-                out.append(Transition("stopped", pos + length))
+                out.append(Transition("stopped", pos))
             else:
                 s = attrs.evolve(s, silence_run=silence)
-    return s, out
+    return attrs.evolve(s, frame_energy=energy, frame_fill=fill), out

@@ -1,6 +1,6 @@
 """The event catalogue and its codec: the only vocabulary the log speaks."""
 
-from duplex_es.events.audio import audio_bytes, join_audio
+from duplex_es.events.audio import audio_bytes, join_audio, segments_audio
 from duplex_es.events.base import Event, event, registry
 from duplex_es.events.catalogue import *  # noqa: F401,F403
 from duplex_es.events.catalogue import __all__ as _catalogue_all
@@ -20,6 +20,7 @@ __all__ = [
     "Event",
     "audio_bytes",
     "join_audio",
+    "segments_audio",
     "event",
     "registry",
     "EventDecodeError",

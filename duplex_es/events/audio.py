@@ -6,9 +6,9 @@ import base64
 from typing import Iterable
 
 from duplex_es.events.base import Event
-from duplex_es.events.catalogue import AudioAppended, ItemCreated, TickOutput
+from duplex_es.events.catalogue import AudioAppended, AudioSegment, ItemCreated, TickOutput
 
-__all__ = ["audio_bytes", "join_audio"]
+__all__ = ["audio_bytes", "join_audio", "segments_audio"]
 
 
 def audio_bytes(event: Event) -> bytes:
@@ -27,3 +27,16 @@ def audio_bytes(event: Event) -> bytes:
 def join_audio(events: Iterable[Event]) -> bytes:
     """The audio of several events, one after the other."""
     return b"".join(audio_bytes(e) for e in events)
+
+
+def segments_audio(events_by_seq: dict[int, Event], segments: Iterable[AudioSegment], bytes_per_sample: int) -> bytes:
+    """The audio of ``segments``, cut from the events that logged it.
+
+    Raises:
+        KeyError: a segment names a seq missing from ``events_by_seq``.
+    """
+    out = []
+    for s in segments:
+        data = audio_bytes(events_by_seq[s.seq])
+        out.append(data[s.offset * bytes_per_sample : (s.offset + s.samples) * bytes_per_sample])
+    return b"".join(out)

@@ -26,6 +26,7 @@ __all__ = [
     "TurnDetection",
     "SessionConfig",
     "VadState",
+    "AudioSegment",
     "Mark",
     "ContentPart",
     "HistoryEntry",
@@ -44,6 +45,7 @@ __all__ = [
     "TextAppended",
     "SpeechStarted",
     "SpeechStopped",
+    "ResponseDeferred",
     "InputCommitted",
     "InputCleared",
     "ItemCreated",
@@ -121,7 +123,9 @@ class VadState:
     ``speaking``: speech is in progress since ``start_sample`` (prefix padding included);
     ``voiced_run``: consecutive voiced samples seen while not speaking (onset debouncing);
     ``silence_run``: consecutive unvoiced samples while speaking; ``item_id``: the user item the
-    current speech will become.
+    current speech will become. Frames are 10 ms of the input clock: ``frame_fill`` samples of
+    the current frame have arrived, with ``frame_energy`` (sum of squared samples, full scale 1)
+    — so detection does not depend on how the client sized its appends.
     """
 
     speaking: bool = False
@@ -129,6 +133,18 @@ class VadState:
     voiced_run: int = 0
     silence_run: int = 0
     item_id: Optional[str] = None
+    frame_fill: int = 0
+    frame_energy: float = 0.0
+
+
+@attrs.frozen(kw_only=True)
+class AudioSegment:
+    """``samples`` samples of the audio logged at session seq ``seq``, starting ``offset``
+    samples into it (an item may begin or end inside an append)."""
+
+    seq: int
+    offset: int = 0
+    samples: int
 
 
 @attrs.frozen(kw_only=True)
@@ -169,13 +185,13 @@ class HistoryEntry:
 class SpeechInputs:
     """What a speech engine needs to answer, folded from the log when a response starts.
 
-    ``user_audio_seqs`` are the session seqs of the events whose audio forms the user item
-    being answered (``input_audio_buffer.appended`` or ``conversation.item.created``), in order;
-    the worker reads that audio from the log. ``history`` is the conversation before the reply.
+    ``user_audio`` are the segments of logged audio (``input_audio_buffer.appended`` or
+    ``conversation.item.created``) that form the user item being answered, in order; the worker
+    reads that audio from the log. ``history`` is the conversation before the reply.
     """
 
     reply_to_item_id: Optional[str] = None
-    user_audio_seqs: tuple[int, ...] = ()
+    user_audio: tuple[AudioSegment, ...] = ()
     user_text: str = ""
     input_format: AudioFormat = AudioFormat()
     output_format: AudioFormat = AudioFormat()
@@ -331,24 +347,38 @@ class SpeechStarted(Event):
 
 @event("input_audio_buffer.speech_stopped")
 class SpeechStopped(Event):
-    """Server VAD heard the speech end; ``audio_end_ms`` includes the silence that ended it."""
+    """Speech ended at ``audio_end_ms``: server VAD heard ``silence_duration_ms`` of silence (it
+    is included), or a commit, clear or config change cut the speech short."""
 
     audio_end_ms: int
     item_id: str
+
+
+@event("response.deferred")
+class ResponseDeferred(Event):
+    """A server VAD turn was committed while a response held the conversation: its response
+    (with these ids) starts as soon as that one ends (``create_response`` without
+    ``interrupt_response``)."""
+
+    response_id: str
+    item_id: str
+    request_id: str
 
 
 @event("input_audio_buffer.committed")
 class InputCommitted(Event):
     """The input buffer became a user item.
 
-    ``append_seqs`` / ``text_seqs`` name exactly the appends the item consumed, in log order.
-    ``samples`` is the item's audio length on the input clock. ``previous_item_id`` is where
-    the item went in the conversation.
+    ``segments`` are exactly the audio the item took, in log order (a server VAD commit ends
+    where the speech stopped, possibly inside an append: the rest stays in the buffer);
+    ``append_seqs`` / ``text_seqs`` name the appends it drew from. ``samples`` is the item's
+    audio length on the input clock. ``previous_item_id`` is where the item went.
     """
 
     client_event_id: Optional[str] = None
     item_id: str
     previous_item_id: Optional[str] = None
+    segments: tuple[AudioSegment, ...] = ()
     append_seqs: tuple[int, ...] = ()
     text_seqs: tuple[int, ...] = ()
     samples: int = 0
@@ -403,13 +433,15 @@ class ItemRetrieved(Event):
 @event("conversation.item.truncated")
 class ItemTruncated(Event):
     """An assistant audio item was cut at ``audio_end_ms``. ``remove_transcript`` applies
-    OpenAI's rule (the transcript is deleted) instead of keeping the heard prefix."""
+    OpenAI's rule (the transcript is deleted) instead of keeping the heard prefix.
+    ``in_conversation`` is false for an out-of-band item: then it does not feed the model."""
 
     client_event_id: Optional[str] = None
     item_id: str
     content_index: int = 0
     audio_end_ms: int
     remove_transcript: bool = False
+    in_conversation: bool = True
 
 
 # --------------------------------------------------------------------------------------------
@@ -562,7 +594,8 @@ class PlaybackAcked(Event):
 
 
 #: Event types whose acceptance feeds the model: each must be applied by exactly one tick or
-#: discarded explicitly (DESIGN I5). ``session.updated`` counts only when ``model_relevant``.
+#: discarded explicitly (DESIGN I5). ``session.updated`` counts only when ``model_relevant``,
+#: ``conversation.item.truncated`` only when ``in_conversation``.
 MODEL_FEEDING: frozenset[str] = frozenset(
     {InputCommitted.TYPE, SessionUpdated.TYPE, ItemTruncated.TYPE, ItemCreated.TYPE, ItemDeleted.TYPE}
 )

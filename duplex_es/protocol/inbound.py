@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import secrets
 from typing import Any, Callable, Optional
 
 from duplex_es.domain.commands import (
@@ -201,8 +202,13 @@ def parse_frame(raw: str | bytes, new_id: IdFactory, *, dialect: str = "ga") -> 
         return err.as_command()
 
 
-def command_from_realtime(payload: Any, new_id: IdFactory, *, dialect: str = "ga") -> Command:
-    """Translate one parsed client event into a command.
+def _random_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(8)}"
+
+
+def command_from_realtime(payload: Any, new_id: Optional[IdFactory] = None, *, dialect: str = "ga") -> Command:
+    """Translate one parsed client event into a command; ``new_id`` makes the ids it creates
+    (default: 64 random bits after the prefix, e.g. ``item_3f2a9c...``).
 
     Raises:
         CommandError: the event is not a well-formed client event; carries the error code, the
@@ -220,19 +226,19 @@ def command_from_realtime(payload: Any, new_id: IdFactory, *, dialect: str = "ga
     type_ = payload.get("type")
     if not isinstance(type_, str) or not type_:
         raise CommandError(Code.MISSING_TYPE, "the event has no string 'type'", "type", event_id=event_id)
+    if type_ == "turn.signal":
+        payload = _unwrap_turn_signal(payload, event_id)
+        type_ = payload["type"]
     if dialect == "beta":
         from duplex_es.protocol.beta import client_event_to_ga
 
         payload = client_event_to_ga(payload)
-    if type_ == "turn.signal":
-        payload = _unwrap_turn_signal(payload, event_id)
-        type_ = payload["type"]
     parser = _PARSERS.get(type_)
     if parser is None:
         raise CommandError(
             Code.UNKNOWN_TYPE, f"unknown event type {type_[:128]!r}", "type", event_id=event_id, command_type=_printable(type_, 128)
         )
-    p = _P(payload, event_id, new_id)
+    p = _P(payload, event_id, new_id or _random_id)
     try:
         p.expected_epoch = p.int("expected_epoch")
         return parser(p)
@@ -243,13 +249,19 @@ def command_from_realtime(payload: Any, new_id: IdFactory, *, dialect: str = "ga
 def _unwrap_turn_signal(payload: dict, event_id: Optional[str]) -> dict:
     """``turn.signal`` carrying a command name (vLLM-Omni's generic channel) is that command;
     otherwise it is an informational signal."""
+    def bad(message: str, param: str) -> CommandError:
+        return CommandError(Code.INVALID_EVENT, message, param, event_id=event_id, command_type="turn.signal")
+
     event = payload.get("event")
     if not isinstance(event, str) or not event:
-        raise CommandError(Code.INVALID_EVENT, "turn.signal needs a string 'event'", "event", event_id=event_id, command_type="turn.signal")
+        raise bad("turn.signal needs a string 'event'", "event")
+    for key in payload:
+        if key not in ("type", "event", "payload", "event_id", "expected_epoch"):
+            raise bad(f"unknown parameter {_printable(key, 60)!r}", _printable(key, 60))
+    inner = payload.get("payload", {})
+    if not isinstance(inner, dict):
+        raise bad("turn.signal payload must be an object", "payload")
     if event in _SIGNAL_COMMANDS:
-        inner = payload.get("payload") or {}
-        if not isinstance(inner, dict):
-            raise CommandError(Code.INVALID_EVENT, "turn.signal payload must be an object", "payload", event_id=event_id)
         out = {**inner, "type": event}
         for key in ("event_id", "expected_epoch"):
             if key in payload:
@@ -333,8 +345,10 @@ def _format(p: _P, obj: dict, path: str) -> AudioFormat:
     p.keys({"type", "rate"}, obj, path)
     t = p.str("type", obj, path, required=True)
     rate = p.int("rate", obj, path)
-    default_rate = 24000 if t == "audio/pcm" else 8000
-    return AudioFormat(type=t, rate=default_rate if rate is None else rate)  # type: ignore[arg-type]
+    defaults = {"audio/pcm": 24000, "audio/pcmu": 8000, "audio/pcma": 8000}
+    if t not in defaults:
+        raise _Bad(Code.UNSUPPORTED_AUDIO_FORMAT, f"unsupported audio format {t[:40]!r}; use audio/pcm, audio/pcmu or audio/pcma", f"{path}.type")
+    return AudioFormat(type=t, rate=defaults[t] if rate is None else rate)  # type: ignore[arg-type,index]
 
 
 def _modalities(v: Any, path: str) -> tuple[str, ...]:
@@ -512,8 +526,10 @@ def _item_create(p: _P) -> Command:
         if audio:
             audio_bytes += len(_strict_b64(audio, f"{path}.audio"))
         parts.append(ContentPart(type=ptype, text=text, audio=audio))  # type: ignore[arg-type]
-    item_id = p.str("id", item, "item") or p.new_id("item")
-    if not 0 < len(item_id) <= 128:
+    item_id = p.str("id", item, "item")
+    if item_id is None:
+        item_id = p.new_id("item")
+    elif not 0 < len(item_id) <= 128:
         raise _Bad(Code.INVALID_EVENT, "item.id must be 1-128 characters", "item.id")
     previous = p.str("previous_item_id")
     return CreateItem(
@@ -556,6 +572,8 @@ def _playback_ack(p: _P) -> Command:
 
 def _turn_signal(p: _P) -> Command:
     p.keys({"event", "payload"})
+    if p.msg.get("payload"):
+        raise _Bad(Code.INVALID_EVENT, "an informational turn.signal carries no payload", "payload")
     return TurnSignal(**p.common(), signal=p.str("event", required=True))  # type: ignore[arg-type]
 
 

@@ -76,8 +76,8 @@ MAX_AUDIO_DELTA_BYTES = 192_000
 #: (``audio: null`` with ``audio_omitted: "too_large"``) to keep the frame under 1 MiB.
 MAX_RETRIEVED_AUDIO_BYTES = 700_000
 
-#: ``audio_of(seqs)``: the audio bytes logged by the events at those seqs, concatenated.
-AudioReader = Callable[[tuple[int, ...]], bytes]
+#: ``audio_of(segments)``: the audio bytes of those segments of logged audio, concatenated.
+AudioReader = Callable[[tuple[Any, ...]], bytes]
 
 _K = 1000
 
@@ -172,17 +172,20 @@ def session_json(session_id: str, cfg: SessionConfig) -> dict[str, Any]:
     }
 
 
-def item_json(item: Item, audio: Optional[bytes] = None) -> dict[str, Any]:
-    """The GA ``realtime.item`` for an item; audio bytes only when given (``retrieve``)."""
+def item_json(item: Item, audio: Optional[bytes] = None, *, opening: bool = False) -> dict[str, Any]:
+    """The GA ``realtime.item`` for an item; audio bytes only when given (``retrieve``); no
+    content at all while it is being opened (``output_item.added``)."""
     content: list[dict[str, Any]] = []
-    if item.role == "assistant":
+    if opening:
+        pass
+    elif item.role == "assistant":
         if item.content_type == "output_audio":
             if item.status != "in_progress" or item.full_text or item.audio_samples:
                 content = [{"type": "output_audio", "transcript": item.transcript}]
         elif item.status != "in_progress" or item.full_text:
             content = [{"type": "output_text", "text": item.transcript}]
     else:
-        if item.audio_seqs:
+        if item.audio:
             content.append({"type": "input_audio", "transcript": item.transcript or None})
         if item.input_text:
             content.append({"type": "input_text", "text": item.input_text})
@@ -222,8 +225,8 @@ def _ids(resp: Response, item: Item) -> dict[str, Any]:
 
 
 def _opening(state: SessionState, resp: Response, item: Item) -> list[dict[str, Any]]:
-    """An output item appears: added to the response (and to the conversation)."""
-    ij = item_json(item)
+    """An output item appears: added to the response (and to the conversation), still empty."""
+    ij = item_json(item, opening=True)
     part = {"type": "audio", "transcript": ""} if item.content_type == "output_audio" else {"type": "text", "text": ""}
     out = [{"type": "response.output_item.added", "response_id": resp.id, "output_index": item.output_index, "item": ij}]
     if item.in_conversation:
@@ -233,16 +236,18 @@ def _opening(state: SessionState, resp: Response, item: Item) -> list[dict[str, 
 
 
 def _closing(state: SessionState, resp: Response, item: Item) -> list[dict[str, Any]]:
-    """An output item ends: every ``.done`` of it, in order."""
+    """An output item ends: every ``.done`` of it, in order. The transcript / text ``.done``
+    events carry everything generated (the deltas, joined); the item objects carry what the
+    conversation history keeps of it (the heard prefix once the client acks playback)."""
     if item.content_type == "output_audio":
         out = [
             {"type": "response.output_audio.done", **_ids(resp, item)},
-            {"type": "response.output_audio_transcript.done", **_ids(resp, item), "transcript": item.transcript},
+            {"type": "response.output_audio_transcript.done", **_ids(resp, item), "transcript": item.full_text},
         ]
-        part = {"type": "audio", "transcript": item.transcript}
+        part = {"type": "audio", "transcript": item.full_text}
     else:
-        out = [{"type": "response.output_text.done", **_ids(resp, item), "text": item.transcript}]
-        part = {"type": "text", "text": item.transcript}
+        out = [{"type": "response.output_text.done", **_ids(resp, item), "text": item.full_text}]
+        part = {"type": "text", "text": item.full_text}
     ij = item_json(item)
     out += [
         {"type": "response.content_part.done", **_ids(resp, item), "part": part},
@@ -352,8 +357,8 @@ def _(ev: ItemDeleted, ctx: _Ctx) -> list[dict[str, Any]]:
 def _(ev: ItemRetrieved, ctx: _Ctx) -> list[dict[str, Any]]:
     item = ctx.after.items[ev.item_id]
     audio = None
-    if ctx.audio_of is not None and item.audio_seqs:
-        raw = ctx.audio_of(item.audio_seqs)
+    if ctx.audio_of is not None and item.audio:
+        raw = ctx.audio_of(item.audio)
         per_ms = (2 if item.audio_format.type == "audio/pcm" else 1) * item.audio_format.rate // 1000
         audio = raw[: item.audio_ms * per_ms]
     return [{"type": "conversation.item.retrieved", "item": item_json(item, audio)}]
@@ -383,7 +388,9 @@ def _(ev: TickOutput, ctx: _Ctx) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for t in ev.input_transcripts:
         user = after.items.get(t.item_id)
-        seconds = user.input_samples / user.audio_format.rate if user else 0.0
+        if user is None:
+            continue  # the item was deleted while its answer was generated
+        seconds = user.input_samples / user.audio_format.rate
         out.append(
             {
                 "type": "conversation.item.input_audio_transcription.completed",

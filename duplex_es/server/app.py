@@ -77,19 +77,21 @@ def create_app(
         dialect = "beta" if "realtime=v1" in ws.headers.get("openai-beta", "") else "ga"
         await ws.accept()
         host = await sessions.open_session(ws.query_params.get("model") or DEFAULT_MODEL)
+        me = host.listener
         log.info("session %s opened (%s dialect)", host.session_id, dialect)
-        writer = asyncio.create_task(_write(ws, host, dialect))
+        writer = asyncio.create_task(_write(ws, host, dialect, me))
         clean = False
         try:
-            while not host.ended.is_set():
+            while not host.ended.is_set() and host.listener == me:
                 message = await ws.receive()
-                if message["type"] == "websocket.disconnect":
+                if message["type"] == "websocket.disconnect" or host.listener != me:
                     break
                 frame = message.get("text")
                 if frame is None:
                     frame = message.get("bytes") or b""
                 await host.submit(parse_frame(frame, new_id, dialect=dialect))
-            clean = host.ended.is_set()
+            # Replaced by a resume elsewhere: this connection no longer speaks for the session.
+            clean = host.ended.is_set() or host.listener != me
         except WebSocketDisconnect:
             pass
         except Exception:
@@ -213,8 +215,9 @@ async def _write_world(ws: WebSocket, host: SessionHost, binary: bool) -> None:
         log.info("world session %s: client gone while sending (%s)", host.session_id, exc)
 
 
-async def _write(ws: WebSocket, host: SessionHost, dialect: str) -> None:
-    """Send the session's server events to the socket, in order, in the client's dialect."""
+async def _write(ws: WebSocket, host: SessionHost, dialect: str, me: int) -> None:
+    """Send the session's server events to the socket, in order, in the client's dialect; close
+    it when the session ends (1000) or another client took it over (4000, ``session_replaced``)."""
     try:
         async for wire in host.events():
             if dialect == "beta":
@@ -224,5 +227,7 @@ async def _write(ws: WebSocket, host: SessionHost, dialect: str) -> None:
             await ws.send_text(encode_wire(wire))
         if host.ended.is_set():  # closed or expired: say goodbye after the last event
             await ws.close(code=1000)
+        elif host.listener != me:
+            await ws.close(code=4000, reason="session_replaced")
     except Exception as exc:  # the socket went away mid-send; the log has everything
         log.info("session %s: client gone while sending (%s)", host.session_id, exc)

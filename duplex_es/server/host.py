@@ -31,7 +31,7 @@ from duplex_es.domain import (
 )
 from duplex_es.domain.commands import Command
 from duplex_es.domain.world import WorldState, next_tick_due_ms
-from duplex_es.events import CommandRejected, ItemRetrieved, SessionClosed, SessionExpired, WorldClosed, join_audio
+from duplex_es.events import CommandRejected, ItemRetrieved, SessionClosed, SessionExpired, WorldClosed, segments_audio
 from duplex_es.protocol import project
 from duplex_es.store import EventLog, Recorded, WrongExpectedSeq
 
@@ -84,6 +84,7 @@ class SessionHost:
         self.ended = asyncio.Event()
         self.last_activity_ms = now_ms()
         self._timer: Optional[asyncio.TimerHandle] = None
+        self.listener = 0  # bumped by every attach: a transport holding an older number was replaced
 
     # ----------------------------------------------------------------------------------- public
 
@@ -108,11 +109,14 @@ class SessionHost:
             await self._catch_up()
             await self._pump()
 
-    def attach(self) -> None:
-        """Start a fresh event stream for a new listener (events from now on)."""
+    def attach(self) -> int:
+        """Start a fresh event stream for a new listener (events from now on); the previous
+        listener's stream ends. Returns the new listener's number (see :attr:`listener`)."""
         if self._queue is not None:
             self._queue.put_nowait(_END)
         self._queue = asyncio.Queue()
+        self.listener += 1
+        return self.listener
 
     async def detach(self, reason: str = "connection_closed") -> None:
         """The listener is gone without ``session.close``: stop streaming, log ``session.detached``
@@ -136,11 +140,12 @@ class SessionHost:
 
     # --------------------------------------------------------------------------------- internals
 
-    async def _execute(self, command: Command, key: Optional[str]) -> None:
+    async def _execute(self, command: Command, key: Optional[str]) -> bool:
+        """Decide and append ``command`` (re-deciding after append races); True if it logged anything."""
         for _ in range(MAX_RETRIES):
             events = decide(self.state, command)
             if not events:
-                return
+                return False
             if isinstance(events[0], CommandRejected):
                 # Only applied commands are keyed: a refusal changes nothing, and keying it
                 # would answer a corrected retry with the old error.
@@ -170,7 +175,7 @@ class SessionHost:
                 if rejected:
                     log.info("session %s: rejected %s", self.session_id, events[0])
             await self._publish(result.records)
-            return
+            return True
         raise RuntimeError(f"session {self.session_id}: gave up after {MAX_RETRIES} append conflicts")
 
     async def _catch_up(self) -> None:
@@ -179,8 +184,11 @@ class SessionHost:
 
     async def _pump(self) -> None:
         # A worker output may let a response advance (next tick) or end (response.done).
-        ids = tuple(new_id("req") for _ in range(1 + MAX_OUT_OF_BAND_RESPONSES))
-        await self._execute(Pump(request_ids=ids, now_ms=now_ms()), None)
+        # One step may enable the next (a response ends, a deferred one starts): pump until quiet.
+        for _ in range(4):
+            ids = tuple(new_id("req") for _ in range(1 + MAX_OUT_OF_BAND_RESPONSES))
+            if not await self._execute(Pump(request_ids=ids, now_ms=now_ms()), None):
+                break
         self._schedule_paced_tick()
 
     def _schedule_paced_tick(self) -> None:
@@ -205,10 +213,11 @@ class SessionHost:
             audio = None
             if isinstance(r.event, ItemRetrieved):
                 item = self.state.items.get(r.event.item_id)
-                seqs = item.audio_seqs if item is not None else ()
-                logged = await asyncio.to_thread(self.log.read_seqs, self.session_id, seqs)
-                data = join_audio(x.event for x in logged)
-                audio = lambda _seqs, data=data: data  # noqa: E731
+                segments = item.audio if item is not None else ()
+                logged = await asyncio.to_thread(self.log.read_seqs, self.session_id, tuple({s.seq for s in segments}))
+                width = 2 if item is not None and item.audio_format.type == "audio/pcm" else 1
+                data = segments_audio({x.seq: x.event for x in logged}, segments, width)
+                audio = lambda _segments, data=data: data  # noqa: E731
             for wire in project(before, r.seq, r.event, self.state, audio):
                 WIRE_EVENTS.inc()
                 if self._queue is not None:

@@ -10,7 +10,7 @@ from typing import Callable, Optional, Protocol, runtime_checkable
 
 import attrs
 
-from duplex_es.events import InputTranscript, Mark, TickIssued
+from duplex_es.events import AudioSegment, InputTranscript, Mark, TickIssued
 
 __all__ = ["TickIdentity", "TickContext", "EngineOutput", "EngineError", "Engine"]
 
@@ -43,14 +43,14 @@ class TickIdentity:
 class TickContext:
     """A tick and the means to read what it references.
 
-    ``read_audio(seqs)`` returns the concatenated audio bytes of the session's
-    ``input_audio_buffer.appended`` events at those seqs, in the session's input format; it
-    reads the log, so engines call it only when they need the audio.
+    ``read_audio(segments)`` returns the audio of those segments of logged input audio
+    (``tick.inputs.user_audio``), in the session's input format; it reads the log, so engines
+    call it only when they need the audio.
     """
 
     session_id: str
     tick: TickIssued
-    read_audio: Callable[[tuple[int, ...]], bytes]
+    read_audio: Callable[[tuple[AudioSegment, ...]], bytes]
 
     @property
     def identity(self) -> TickIdentity:

@@ -16,6 +16,7 @@ from typing import Sequence
 
 from duplex_es.events import (
     AudioAppended,
+    AudioSegment,
     Event,
     ItemCreated,
     TickFailed,
@@ -23,7 +24,7 @@ from duplex_es.events import (
     WorldChunk,
     WorldTickFailed,
     WorldTickIssued,
-    join_audio,
+    segments_audio,
 )
 from duplex_es.store import Claim, ClaimLost, EventLog, TickQueue
 from duplex_es.worker.engine import Engine, EngineError, EngineOutput, TickContext
@@ -138,15 +139,16 @@ class Worker:
         self.stopping = threading.Event()
         self.committed = 0
 
-    def read_audio(self, session_id: str, seqs: tuple[int, ...]) -> bytes:
-        """Concatenate the audio logged by the events at ``seqs`` (appends or created items)."""
+    def read_audio(self, session_id: str, segments: tuple[AudioSegment, ...], bytes_per_sample: int = 2) -> bytes:
+        """The input audio of ``segments`` (of appends or created items), cut from the log."""
+        seqs = sorted({s.seq for s in segments})
         records = self.log.read_seqs(session_id, seqs)
-        if [r.seq for r in records] != sorted(seqs):
+        if [r.seq for r in records] != seqs:
             raise EngineError("input_missing", f"audio events {seqs} are not all in the log")
         for r in records:
             if not isinstance(r.event, (AudioAppended, ItemCreated)):
                 raise EngineError("input_missing", f"seq {r.seq} is a {r.event.TYPE}, which holds no input audio")
-        return join_audio(r.event for r in records)
+        return segments_audio({r.seq: r.event for r in records}, segments, bytes_per_sample)
 
     def run_once(self) -> bool:
         """Claim and run at most one tick; ``True`` if there was one."""
@@ -181,7 +183,10 @@ class Worker:
         try:
             if isinstance(claim.tick, WorldTickIssued):
                 return world_output_events(engine.name, engine.step(WorldContext(session_id=claim.session_id, tick=claim.tick)))
-            ctx = TickContext(session_id=claim.session_id, tick=claim.tick, read_audio=lambda seqs: self.read_audio(claim.session_id, seqs))
+            width = 2 if claim.tick.inputs.input_format.type == "audio/pcm" else 1
+            ctx = TickContext(
+                session_id=claim.session_id, tick=claim.tick, read_audio=lambda segs: self.read_audio(claim.session_id, segs, width)
+            )
             return output_events(claim, engine.name, engine.step(ctx))
         except EngineError as err:
             log.warning("engine failed on %s: %s", claim.request_id, err)

@@ -138,8 +138,8 @@ class CascadeSpeechEngine:
     def _make_plan(self, ctx: TickContext) -> SpeechPlan:
         inputs: SpeechInputs = ctx.tick.inputs
         transcript = ""
-        if inputs.user_audio_seqs:
-            raw = ctx.read_audio(inputs.user_audio_seqs)
+        if inputs.user_audio:
+            raw = ctx.read_audio(inputs.user_audio)
             pcm = decode_to_pcm16(raw, inputs.input_format.type)
             transcript = self._asr.transcribe(pcm.tobytes(), inputs.input_format.rate)
         texts, cut = reply_items(transcript, inputs.user_text)
@@ -176,7 +176,7 @@ class CascadeSpeechEngine:
         last_of_item = k + 1 == len(plan.chunks) or plan.chunks[k + 1][0] != i
         heard: tuple[InputTranscript, ...] = ()
         reply_to = ctx.tick.inputs.reply_to_item_id
-        if k == 0 and reply_to is not None and ctx.tick.inputs.user_audio_seqs:
+        if k == 0 and reply_to is not None and ctx.tick.inputs.user_audio:
             heard = (InputTranscript(item_id=reply_to, transcript=plan.transcript),)
         common = dict(
             echo=ctx.identity,
