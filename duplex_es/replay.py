@@ -7,8 +7,18 @@ from typing import Optional
 import attrs
 
 from duplex_es.domain import SessionState, classify_output, evolve
+from duplex_es.domain.world import WorldState, world_verdict
 from duplex_es.events import (
     AudioAppended,
+    InteractionAccepted,
+    InteractionRejected,
+    WorldChunk,
+    WorldClosed,
+    WorldFailed,
+    WorldReset,
+    WorldStarted,
+    WorldTickFailed,
+    WorldTickIssued,
     HeartbeatReceived,
     ResponseDeferred,
     ItemCreated,
@@ -40,7 +50,7 @@ from duplex_es.events import (
 )
 from duplex_es.store import EventLog
 
-__all__ = ["TimelineRow", "Replay", "replay", "verdict_of", "summarize"]
+__all__ = ["TimelineRow", "Replay", "RenderReport", "replay", "rerender", "verdict_of", "summarize"]
 
 
 @attrs.frozen
@@ -60,15 +70,20 @@ class Replay:
     """A session rebuilt up to ``state.seq``: the state and the timeline that led to it."""
 
     session_id: str
-    state: SessionState
+    state: SessionState | WorldState
     timeline: tuple[TimelineRow, ...]
     head: int
 
 
-def verdict_of(before: SessionState, ev: Event) -> str:
+def verdict_of(before: SessionState | WorldState, ev: Event) -> str:
     """``accepted``, ``rejected: <code>``, ``discarded: <reason>`` or ``decided`` (session reactions)."""
-    if isinstance(ev, CommandRejected):
+    if isinstance(ev, (CommandRejected, InteractionRejected)):
         return f"rejected: {ev.code}"
+    if isinstance(ev, (WorldChunk, WorldTickFailed)):
+        v = world_verdict(before, ev)  # type: ignore[arg-type]
+        return {"accepted": "accepted", "discarded": "discarded: cancelled_tick", "rejected": "rejected: identity_mismatch"}[v]
+    if isinstance(ev, (WorldTickIssued, WorldFailed)):
+        return "decided"
     if isinstance(ev, (TickOutput, TickFailed)):
         v = classify_output(before, ev)
         return v.kind if v.accepted else f"{v.kind}: {v.reason}"
@@ -148,6 +163,30 @@ def summarize(ev: Event) -> str:
         return f"signal={ev.signal}{cid}"
     if isinstance(ev, HeartbeatReceived):
         return cid.strip()
+    return _summarize_world(ev)
+
+
+def _summarize_world(ev: Event) -> str:
+    if isinstance(ev, WorldStarted):
+        c = ev.config
+        return f"{c.width}x{c.height} {c.fps} fps, {c.frames_per_chunk} frames/chunk, seed {c.seed}, pacing {c.pacing}, prompt {c.prompt[:30]!r}"
+    if isinstance(ev, InteractionAccepted):
+        tracks = ",".join(f"{c.track}={c.data}" for c in ev.controls)
+        return f"id={ev.event_id}" + (f" prompt={ev.prompt[:30]!r}" if ev.prompt is not None else "") + (f" {tracks}" if tracks else "") + f" pending={ev.pending}"
+    if isinstance(ev, InteractionRejected):
+        return f"id={ev.event_id} {ev.message}"
+    if isinstance(ev, WorldTickIssued):
+        return f"request={ev.request_id} epoch={ev.epoch} chunk={ev.chunk_index} applied={list(ev.applied_event_ids)}"
+    if isinstance(ev, WorldChunk):
+        return f"request={ev.request_id} epoch={ev.epoch} chunk={ev.chunk_index} applied={list(ev.applied_event_ids)} frames={len(ev.frames)}"
+    if isinstance(ev, WorldTickFailed):
+        return f"request={ev.request_id} chunk={ev.chunk_index} {ev.code}: {ev.message[:60]}"
+    if isinstance(ev, WorldFailed):
+        return f"{ev.code}: {ev.message[:60]}"
+    if isinstance(ev, WorldReset):
+        return f"epoch={ev.epoch} floor={ev.floor} cancelled={list(ev.cancelled_request_ids)} discarded={list(ev.discarded_event_ids)}"
+    if isinstance(ev, WorldClosed):
+        return f"reason={ev.reason} discarded={list(ev.discarded_event_ids)}"
     return ""
 
 
@@ -161,7 +200,7 @@ def replay(log: EventLog, session_id: str, *, at: Optional[int] = None) -> Repla
     records = log.read_session(session_id)
     if not records:
         raise KeyError(session_id)
-    state = SessionState()
+    state: SessionState | WorldState = SessionState()
     rows = []
     for r in records:
         if at is not None and r.seq > at:
@@ -170,3 +209,64 @@ def replay(log: EventLog, session_id: str, *, at: Optional[int] = None) -> Repla
         state = evolve(state, r.seq, r.event)
         rows.append(TimelineRow(r.seq, r.position, r.recorded_at_us, r.event.TYPE, verdict, summarize(r.event)))
     return Replay(session_id, state, tuple(rows), records[-1].seq)
+
+
+@attrs.frozen
+class RenderReport:
+    """What ``replay --render`` found: frames re-rendered, frames that differ from the recorded
+    hashes (``(chunk_index, epoch, frame)``), and chunks skipped because another engine made them."""
+
+    frames: int
+    mismatches: tuple[tuple[int, int, int], ...]
+    skipped: tuple[tuple[int, int, str], ...]
+    written: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when every re-rendered frame matches its recorded hash."""
+        return not self.mismatches
+
+
+def rerender(log: EventLog, session_id: str, out_dir: Optional[str] = None) -> RenderReport:
+    """Re-render every committed chunk of a world session from its tick snapshot through the
+    reference engine and compare each frame with the hash the worker recorded; frames are written
+    as PNG files into ``out_dir`` when given.
+
+    Raises:
+        KeyError: the session has no events.
+        ValueError: the session is not a world session.
+    """
+    from pathlib import Path
+
+    from duplex_es.worker.world.engine import WorldEngine, encode_png, frame_hash
+
+    records = log.read_session(session_id)
+    if not records:
+        raise KeyError(session_id)
+    if not isinstance(records[0].event, WorldStarted):
+        raise ValueError(f"{session_id} is not a world session")
+    engine = WorldEngine()
+    folder = Path(out_dir) if out_dir else None
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+    ticks = {r.event.request_id: r.event for r in records if isinstance(r.event, WorldTickIssued)}
+    state: SessionState | WorldState = SessionState()
+    frames, mismatches, skipped, written = 0, [], [], []
+    for r in records:
+        ev = r.event
+        if isinstance(ev, WorldChunk) and world_verdict(state, ev) == "accepted":  # type: ignore[arg-type]
+            tick = ticks[ev.request_id]
+            if ev.engine != engine.name:
+                skipped.append((tick.epoch, tick.chunk_index, ev.engine))
+            else:
+                rgb, _ = engine.render_chunk(tick)
+                for i, (img, recorded) in enumerate(zip(rgb, ev.frame_hashes)):
+                    frames += 1
+                    if frame_hash(img) != recorded:
+                        mismatches.append((tick.epoch, tick.chunk_index, i))
+                    if folder is not None:
+                        path = folder / f"epoch{tick.epoch:02d}_chunk{tick.chunk_index:04d}_frame{i:02d}.png"
+                        path.write_bytes(encode_png(img))
+                        written.append(str(path))
+        state = evolve(state, r.seq, ev)
+    return RenderReport(frames, tuple(mismatches), tuple(skipped), tuple(written))

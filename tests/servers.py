@@ -6,7 +6,7 @@ import contextlib
 import json
 import urllib.request
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Optional, Sequence
 
 from duplex_es.cli.processes import Proc, free_port, start_server, start_worker, wait_healthy
 from duplex_es.store import Database, upgrade
@@ -14,7 +14,13 @@ from duplex_es.store import Database, upgrade
 
 @contextlib.contextmanager
 def running(
-    db_url: str, tmp: Path, *, workers: int = 1, worker_args: Sequence[str] = (), server_args: Sequence[str] = ()
+    db_url: str,
+    tmp: Path,
+    *,
+    workers: int = 1,
+    worker_args: Sequence[str] = (),
+    server_args: Sequence[str] = (),
+    worker_env: Optional[dict] = None,
 ) -> Iterator[tuple[int, Proc, list[Proc]]]:
     """A migrated database with a server and ``workers`` workers; yields (port, server, workers)."""
     db = Database(db_url)
@@ -22,7 +28,7 @@ def running(
     db.dispose()
     port = free_port()
     server = start_server(db_url, port, tmp / "serve.log", server_args)
-    procs = [start_worker(db_url, tmp / f"worker{i}.log", worker_args) for i in range(workers)]
+    procs = [start_worker(db_url, tmp / f"worker{i}.log", worker_args, worker_env) for i in range(workers)]
     try:
         wait_healthy(port, server)
         yield port, server, procs

@@ -96,4 +96,7 @@ def test_the_demo_command_runs_end_to_end(tmp_path: Path):
     assert "You said:" in out.stdout and "weather" in out.stdout
     wavs = list(tmp_path.glob("reply-*.wav"))
     assert len(wavs) == 1 and wavs[0].stat().st_size > 48_000
-    assert "audit: ok" in out.stdout
+    assert out.stdout.count("audit: ok") == 2  # the spoken turn and the world session
+    gifs = list(tmp_path.glob("world-*.gif"))
+    assert len(gifs) == 1 and gifs[0].read_bytes()[:6] == b"GIF89a"
+    assert "all identical to what was sent" in out.stdout

@@ -102,6 +102,34 @@ def _bench_turns(url: str, tmp: Path, turns: int, pcm: bytes) -> dict[str, Any]:
     }
 
 
+def _bench_world(reps: int) -> dict[str, Any]:
+    """Render one 256x256 block of 12 frames (a 750 ms chunk at 16 fps) with the reference world
+    engine, PNG encoding included."""
+    from duplex_es.events import ControlEvent, Control, WorldConfig, WorldTickIssued
+    from duplex_es.worker.world.engine import CAMERA_SCHEMA, WorldContext, WorldEngine
+
+    engine = WorldEngine()
+    cfg = WorldConfig(width=256, height=256, fps=16, frames_per_chunk=12, seed=5)
+    walk = (ControlEvent(event_id=1, control=Control(track="camera", schema=CAMERA_SCHEMA, data={"keys": ["W", "J"]})),)
+    engine.render_chunk(WorldTickIssued(request_id="warm", epoch=0, chunk_index=0, config=cfg, seed=5))  # terrain cache
+    render_s, total_s = [], []
+    state = None
+    for k in range(reps):
+        tick = WorldTickIssued(request_id=f"r{k}", epoch=0, chunk_index=k, config=cfg, seed=5, control_events=walk, engine_state=state)
+        t0 = time.perf_counter()
+        _, state = engine.render_chunk(tick)
+        render_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        engine.step(WorldContext(session_id="bench", tick=tick))
+        total_s.append(time.perf_counter() - t0)
+    return {
+        "measurement": "world block 256x256x12 (chunk period 750 ms): render only",
+        "events": reps,
+        **_percentiles(render_s),
+        "with_png_p50_ms": round(float(np.median(total_s)) * 1000, 1),
+    }
+
+
 def run_bench(console: Console, *, pg_url: str | None, out_dir: str, quick: bool = False) -> int:
     """Run the benchmarks and write the report; returns 0."""
     from duplex_es.cli.conversation import read_wav_pcm16
@@ -144,6 +172,8 @@ def run_bench(console: Console, *, pg_url: str | None, out_dir: str, quick: bool
                 db.dispose()
             finally:
                 cleanup()
+    with console.status("world engine: rendering blocks"):
+        results["world"] = _bench_world(3 if quick else 10)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "RESULTS.md").write_text(_markdown(results))
     for name, b in results["backends"].items():
@@ -156,6 +186,8 @@ def run_bench(console: Console, *, pg_url: str | None, out_dir: str, quick: bool
                 str(r.get("p50_ms", "")), str(r.get("p95_ms", "")), str(r.get("p99_ms", "")),
             )
         console.print(table)
+    w = results["world"]
+    console.print(f"{w['measurement']}: p50 {w['p50_ms']} ms, p95 {w['p95_ms']} ms; with PNG encoding p50 {w['with_png_p50_ms']} ms")
     console.print(f"written: {out / 'results.json'}, {out / 'RESULTS.md'}")
     return 0
 
@@ -177,4 +209,14 @@ def _markdown(results: dict[str, Any]) -> str:
                 f"{r.get('p50_ms', '')} | {r.get('p95_ms', '')} | {r.get('p99_ms', '')} |"
             )
         lines.append("")
+    if "world" in results:
+        w = results["world"]
+        lines += [
+            "## world engine (CPU, one process)",
+            "",
+            "| measurement | n | p50 ms | p95 ms | p99 ms | with PNG p50 ms |",
+            "|---|---|---|---|---|---|",
+            f"| {w['measurement']} | {w['events']} | {w['p50_ms']} | {w['p95_ms']} | {w['p99_ms']} | {w['with_png_p50_ms']} |",
+            "",
+        ]
     return "\n".join(lines)

@@ -2,7 +2,8 @@
 
 Starts ``serve`` and ``worker`` as two OS processes, speaks the fixture question through the
 official ``openai`` SDK, writes the spoken reply to a WAV file, and shows what ``replay`` and
-``audit`` say about the session.
+``audit`` say about the session; then steers a world session for a few seconds, writes it as an
+animated GIF, re-renders it from the log and audits it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from duplex_es.audit import audit_session
 from duplex_es.cli.conversation import read_wav_pcm16, speak_and_listen, write_wav_pcm16
 from duplex_es.cli.processes import free_port, start_server, start_worker, wait_healthy
 from duplex_es.cli.render import audit_line, state_lines
-from duplex_es.replay import replay
+from duplex_es.cli.world_demo import steer
+from duplex_es.replay import replay, rerender
 from duplex_es.store import Database, EventLog, upgrade
 
 __all__ = ["run_demo", "default_audio"]
@@ -64,9 +66,11 @@ def run_demo(
     worker = start_worker(url, out / f"worker-{stamp}.log", ["--chunk-ms", str(chunk_ms)])
     try:
         wait_healthy(port, server)
-        console.print(f"serve (pid {server.pid}) on ws://127.0.0.1:{port}/v1/realtime, worker (pid {worker.pid})")
+        console.print(f"serve (pid {server.pid}) on ws://127.0.0.1:{port}/v1/realtime and /v1/world, worker (pid {worker.pid})")
         with console.status("speaking the question and waiting for the reply..."):
             turn = asyncio.run(speak_and_listen(f"ws://127.0.0.1:{port}/v1", pcm))
+        with console.status("steering a world session..."):
+            world = steer(port, out / f"world-{stamp}.gif")
     finally:
         worker.stop()
         server.stop()
@@ -93,6 +97,19 @@ def run_demo(
     console.print(audit_line(report), highlight=False)
     for v in report.violations:
         console.print(f"  [red]seq {v.seq} [{v.check}][/] {v.message}", highlight=False)
+    console.rule("[bold]world session")
+    rendered = rerender(log, world.session_id)
+    world_audit = audit_session(log, world.session_id)
+    console.print(f"session:          {world.session_id}")
+    console.print(f"steered video:    {world.gif} ({len(world.frames)} frames in {len(world.chunks)} chunks)")
+    applied = [c["applied_event_ids"] for c in world.chunks if c["applied_event_ids"]]
+    console.print(f"interactions applied per chunk: {applied}", highlight=False)
+    console.print(
+        f"replay --render:  {rendered.frames} frames re-rendered from the log, "
+        + ("all identical to what was sent" if rendered.ok else f"{len(rendered.mismatches)} differ"),
+        highlight=False,
+    )
+    console.print(audit_line(world_audit), highlight=False)
     exe = os.path.relpath(sys.argv[0]) if os.path.basename(sys.argv[0]) == "duplex-es" else "duplex-es"
     console.print(f"\nTry: {exe} replay {turn.session_id} --db {url}\n     {exe} audit --db {url}", highlight=False)
-    return 0 if report.ok and turn.response_status == "completed" else 1
+    return 0 if report.ok and world_audit.ok and rendered.ok and turn.response_status == "completed" else 1

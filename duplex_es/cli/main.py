@@ -173,7 +173,19 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(json.dumps(replay_json(result), indent=2))
     else:
         print_replay(console, result)
-    return 0
+    if args.render is None:
+        return 0
+    from duplex_es.replay import rerender
+
+    report = rerender(log, session_id, args.render)
+    console.print(
+        f"re-rendered {report.frames} frames into {args.render}: "
+        + ("all match the recorded hashes" if report.ok else f"{len(report.mismatches)} differ: {list(report.mismatches)[:10]}"),
+        highlight=False,
+    )
+    for epoch, chunk, engine in report.skipped:
+        console.print(f"skipped epoch {epoch} chunk {chunk}: rendered by {engine}, not the reference engine", highlight=False)
+    return 0 if report.ok else 1
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -286,6 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("session_id", help="session id (a unique prefix is enough)")
     p.add_argument("--at", type=int, default=None, metavar="SEQ", help="stop after this seq")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument(
+        "--render",
+        metavar="DIR",
+        default=None,
+        help="world sessions: re-render every chunk from its tick into DIR and compare with the recorded frame hashes (exit 1 on a difference)",
+    )
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("audit", parents=[common], help="check hash chains, seqs, ticks and outputs; exit 1 on any violation")

@@ -74,9 +74,10 @@ def start_server(db_url: str, port: int, log_path: Path, extra: Sequence[str] = 
     return Proc(["serve", "--db", db_url, "--host", "127.0.0.1", "--port", str(port), *extra], log_path)
 
 
-def start_worker(db_url: str, log_path: Path, extra: Sequence[str] = ()) -> Proc:
-    """Start ``duplex-es worker``."""
-    return Proc(["worker", "--db", db_url, *extra], log_path)
+def start_worker(db_url: str, log_path: Path, extra: Sequence[str] = (), env: Optional[dict] = None) -> Proc:
+    """Start ``duplex-es worker`` (``env`` adds environment variables, e.g. a PYTHONPATH for
+    an ``--engine-plugin``)."""
+    return Proc(["worker", "--db", db_url, *extra], log_path, env)
 
 
 def wait_healthy(port: int, proc: Proc, timeout: float = 30.0) -> None:

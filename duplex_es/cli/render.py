@@ -10,6 +10,7 @@ from rich.table import Table
 
 from duplex_es.audit import SessionAudit
 from duplex_es.domain import SessionState
+from duplex_es.domain.world import WorldState
 from duplex_es.events import to_plain
 from duplex_es.replay import Replay
 
@@ -22,8 +23,10 @@ def _clock(us: int) -> str:
     return dt.datetime.fromtimestamp(us / 1e6, tz=dt.timezone.utc).strftime("%H:%M:%S.%f")[:-3]
 
 
-def state_lines(state: SessionState) -> list[str]:
+def state_lines(state: SessionState | WorldState) -> list[str]:
     """A short human summary of a session state."""
+    if isinstance(state, WorldState):
+        return _world_lines(state)
     cfg = state.config
     lines = [
         f"session {state.session_id}: {state.status}, seq {state.seq}, epoch {state.epoch}",
@@ -43,6 +46,19 @@ def state_lines(state: SessionState) -> list[str]:
             f"generated {r.generated_ms} ms, played {r.played_ms} ms, committed {r.committed_ms} ms, chunks {r.next_chunk}"
         )
     lines.append(f"unapplied model-feeding events: {list(state.unapplied)}")
+    return lines
+
+
+def _world_lines(state: WorldState) -> list[str]:
+    cfg = state.config
+    lines = [f"world session {state.session_id}: {state.status}, seq {state.seq}, epoch {state.epoch}, next chunk {state.chunk_index}"]
+    if cfg is not None:
+        lines.append(f"config: {cfg.width}x{cfg.height} @ {cfg.fps} fps, {cfg.frames_per_chunk} frames/chunk, seed {cfg.seed}, pacing {cfg.pacing}")
+    lines.append(f"prompt: {state.prompt!r}; controls: " + (", ".join(f"{c.track}={c.data}" for c in state.controls) or "none"))
+    lines.append(f"floor {state.floor}; pending {[p.event_id for p in state.pending]}; in flight {state.inflight.request_id if state.inflight else None}")
+    if state.failure_code:
+        lines.append(f"failed: {state.failure_code}: {state.failure_message}")
+    lines.append(f"chunks committed: {state.chunks_committed}; engine state: {state.engine_state}")
     return lines
 
 
@@ -94,10 +110,12 @@ def print_audit(console: Console, audits: Sequence[SessionAudit]) -> None:
 def audit_line(a: SessionAudit) -> str:
     """One line: the verdict and the counts behind it."""
     verdict = "ok" if a.ok else f"FAILED ({len(a.violations)} violations)"
+    what = "interactions" if a.kind == "world" else "model-feeding events"
+    tail = "" if a.kind == "world" else f"; {a.responses} response(s)"
     return (
         f"audit: {verdict} — {a.events} events, hash chain and seqs intact; {a.ticks} ticks "
-        f"({a.committed_ticks} committed); {a.applied_events} model-feeding events applied exactly once, "
-        f"{a.discarded_events} discarded, {a.pending_events} pending; {a.responses} response(s)"
+        f"({a.committed_ticks} committed); {a.applied_events} {what} applied exactly once, "
+        f"{a.discarded_events} discarded, {a.pending_events} pending{tail}"
     )
 
 

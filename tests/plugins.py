@@ -1,0 +1,21 @@
+"""Engine plugins for tests: stand-ins for a misbehaving GPU model (loaded by a real worker
+process with ``--engine-plugin plugins:Class``)."""
+
+from __future__ import annotations
+
+import attrs
+
+from duplex_es.worker.world.engine import WorldContext, WorldEngine, WorldOutput
+
+
+class MismatchWorld(WorldEngine):
+    """Renders correctly, but from chunk 2 on claims the output is for the next chunk: the
+    session must fail closed rather than commit it."""
+
+    name = "test.mismatch_world/1"
+
+    def step(self, ctx: WorldContext) -> WorldOutput:
+        out = super().step(ctx)
+        if ctx.tick.chunk_index >= 2:
+            return attrs.evolve(out, echo=attrs.evolve(out.echo, chunk_index=ctx.tick.chunk_index + 1))
+        return out
