@@ -567,3 +567,52 @@ def test_the_input_format_may_change_with_only_text_buffered():
     h.run(append_cmd(20))
     rej = only_rejection(h.run(UpdateSession(patch=SessionPatch(input_format=AudioFormat(type="audio/pcm", rate=24000)))), Code.BUFFER_NOT_EMPTY)
     assert rej.param == "session.audio.input.format"
+
+
+# ------------------------------------------------------------------------------------ leases
+
+
+def _digest(token: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def test_resume_checks_the_token_then_the_generation_and_rotates_the_token():
+    from duplex_es.domain import Detach, OpenSession, Resume
+
+    h = Harness()
+    h.run(OpenSession(session_id="sess_t", model="m", resume_token_hash=_digest("t0")))
+    h.run(Detach(at_ms=1_000))
+    before = h.state
+    wrong = only_rejection(h.run(Resume(expected_generation=0, at_ms=1_500, token_hash=_digest("guess"))), Code.RESUME_TOKEN_INVALID)
+    assert wrong.param == "resume_token" and unchanged(before, h.state)
+    [resumed] = h.run(Resume(event_id="r1", expected_generation=0, at_ms=1_500, token_hash=_digest("t0"), new_token_hash=_digest("t1"), last_server_event_seq=7))
+    assert (resumed.lease_generation, resumed.resume_token_hash, resumed.last_server_event_seq) == (1, _digest("t1"), 7)
+    lease = h.state.lease
+    assert (lease.generation, lease.detached_at_ms, lease.token_hash, lease.detached_total_ms) == (1, None, _digest("t1"), 500)
+    # The rotated-away token is stale (a conflict), not unknown; a stale generation too.
+    only_rejection(h.run(Resume(expected_generation=1, at_ms=2_000, token_hash=_digest("t0"))), Code.RESUME_CONFLICT)
+    stale = only_rejection(h.run(Resume(expected_generation=0, at_ms=2_000, token_hash=_digest("t1"))), Code.RESUME_CONFLICT)
+    assert stale.param == "expected_generation"
+    # An in-process resume (no token) keeps the token unless it names a new one.
+    h.run(Resume(expected_generation=1, at_ms=2_000))
+    assert (h.state.lease.generation, h.state.lease.token_hash) == (2, _digest("t1"))
+
+
+def test_a_detached_world_issues_no_ticks_and_realtime_pacing_skips_the_pause():
+    from duplex_es.domain import Detach, Pump, Resume
+    from duplex_es.domain.world import StartWorld, next_tick_due_ms
+    from duplex_es.events import WorldChunk, WorldConfig
+
+    h = Harness()
+    cfg = WorldConfig(pacing="realtime", fps=10, frames_per_chunk=5)  # a 500 ms chunk period
+    h.run(StartWorld(session_id="world_t", config=cfg, at_ms=10_000, resume_token_hash=_digest("w")))
+    for i in range(3):
+        [tick] = h.run(Pump(request_ids=(f"req_{i}",), now_ms=10_000 + i * 500))
+        h.apply([WorldChunk(session_id="world_t", request_id=tick.request_id, epoch=0, chunk_index=i, applied_event_ids=(), frames=(), frame_hashes=(), mime_type="image/png")])
+    assert next_tick_due_ms(h.state) == 11_000
+    h.run(Detach(at_ms=10_900))
+    assert next_tick_due_ms(h.state) is None and h.run(Pump(request_ids=("req_x",), now_ms=20_000)) == []
+    h.run(Resume(expected_generation=0, at_ms=15_900, token_hash=_digest("w"), new_token_hash=_digest("w2")))
+    assert next_tick_due_ms(h.state) == 16_000  # 5 s away: the schedule moved by 5 s, no burst

@@ -32,13 +32,23 @@ TESTS = str(Path(__file__).resolve().parent)
 class WorldClient:
     """A ``/v1/world`` connection that keeps every message it receives."""
 
-    def __init__(self, port: int, **start: Any) -> None:
+    def __init__(self, port: int, resume: dict[str, Any] | None = None, **start: Any) -> None:
+        """Start a session, or (``resume``: the fields of a ``session.resume``) resume one."""
         self.ws = connect(f"ws://127.0.0.1:{port}/v1/world", max_size=None)
         self.events: list[dict[str, Any]] = []
         self._taken: set[int] = set()
+        if resume is not None:
+            self.send({"type": "session.resume", **resume})
+            resumed = self.recv("session.resumed")
+            self.session_id, self.token = resumed["session_id"], resumed["resume_token"]
+            return
         cfg = {"prompt": "green hills", "seed": 7, "width": 48, "height": 32, "frames_per_chunk": 3, **start}
         self.send({"type": "session.start", **cfg})
-        self.session_id = self.recv("session.started")["session_id"]
+        started = self.recv("session.started")
+        self.session_id, self.token = started["session_id"], started["resume_token"]
+
+    def last_seq(self) -> int:
+        return max((e["server_event_seq"] for e in self.events if "server_event_seq" in e), default=0)
 
     def send(self, obj: Any) -> None:
         self.ws.send(json.dumps(obj))
@@ -81,7 +91,8 @@ def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     tick is in flight long enough to interact with."""
     folder = tmp_path_factory.mktemp(f"world-{request.param}")
     with backend_url(request.param, folder) as url:
-        with running(url, folder, worker_args=["--engine", "world", "--step-delay-ms", "300"]) as (port, _, _):
+        args = ["--disconnect-grace-ms", "3000", "--reaper-interval-ms", "100"]
+        with running(url, folder, worker_args=["--engine", "world", "--step-delay-ms", "300"], server_args=args) as (port, _, _):
             db = Database(url)
             yield port, EventLog(db)
             db.dispose()
@@ -310,3 +321,74 @@ def test_before_session_start_there_is_no_session_to_log_into(world):
     assert (err["code"], err["param"]) == (Code.INVALID_EVENT, "width")
     ws.close()
 
+
+
+def _types(log: EventLog, session_id: str) -> list[str]:
+    return [r.event.TYPE for r in log.read_session(session_id)]
+
+
+def _wait_for(log: EventLog, session_id: str, event_type: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while event_type not in _types(log, session_id):
+        assert time.monotonic() < deadline, f"no {event_type}"
+        time.sleep(0.02)
+
+
+def test_a_dropped_world_pauses_and_its_resume_re_sends_each_missed_chunk_once(world):
+    """session.resume on /v1/world: a detached world issues no new ticks; the resuming client
+    gets the chunks it missed (none it already had), session.resumed, then fresh chunks."""
+    port, log = world
+    c = WorldClient(port)
+    c.interact(1, keys=["W"])
+    c.chunk(chunk_index=1)
+    had = {e["chunk_index"] for e in c.events if e["type"] == "world.chunk"}
+    last = c.last_seq()
+    c.ws.close()
+    _wait_for(log, c.session_id, "session.detached")
+    time.sleep(0.7)  # the tick in flight at the drop (300 ms) commits; no other starts
+    paused = _types(log, c.session_id).count("world.tick.issued")
+    time.sleep(0.8)
+    assert _types(log, c.session_id).count("world.tick.issued") == paused
+
+    r = WorldClient(port, resume={"session_id": c.session_id, "resume_token": c.token, "last_server_event_seq": last})
+    assert r.token != c.token
+    replayed = [e["chunk_index"] for e in r.events if e["type"] == "world.chunk"]
+    assert not set(replayed) & had
+    assert replayed == list(range(max(had) + 1, max(had) + 1 + len(replayed)))
+    nxt = max(had | set(replayed)) + 1
+    assert r.chunk(chunk_index=nxt)["epoch"] == 0
+    r.interact(2, keys=["D"])
+    assert r.recv("session.interaction.accepted", interaction_event_id=2)["pending"] == 1
+    r.close()
+    check(log, c.session_id)
+
+
+def test_world_resume_refusals(world):
+    port, log = world
+    c = WorldClient(port)
+    ws = connect(f"ws://127.0.0.1:{port}/v1/world")
+    ws.send(json.dumps({"type": "session.resume", "session_id": c.session_id, "resume_token": "nope"}))
+    assert json.loads(ws.recv(timeout=10))["error"]["code"] == Code.RESUME_TOKEN_INVALID
+    ws.send(json.dumps({"type": "session.resume", "session_id": "world_missing", "resume_token": "nope"}))
+    assert json.loads(ws.recv(timeout=10))["error"]["code"] == Code.SESSION_NOT_FOUND
+    ws.close()
+    speech = connect(f"ws://127.0.0.1:{port}/v1/realtime")  # a world session is not resumed as speech
+    speech.send(json.dumps({"type": "session.resume", "session_id": c.session_id, "resume_token": c.token}))
+    replies = [json.loads(speech.recv(timeout=10)) for _ in range(2)]
+    assert replies[0]["type"] == "session.created" and replies[1]["error"]["code"] == Code.SESSION_NOT_FOUND
+    speech.close()
+    c.send({"type": "session.resume", "session_id": c.session_id, "resume_token": c.token, "event_id": "x"})
+    err = c.error()
+    assert (err["code"], err["event_id"]) == (Code.RESUME_NOT_FIRST, "x")
+    c.close()
+
+
+def test_a_world_nobody_resumes_closes_after_the_grace(world):
+    port, log = world
+    c = WorldClient(port)
+    c.chunk(chunk_index=0)
+    c.ws.close()
+    _wait_for(log, c.session_id, "world.session.closed")
+    closed = log.read_session(c.session_id)[-1].event
+    assert closed.reason == "disconnect_grace_expired"
+    check(log, c.session_id)

@@ -6,6 +6,7 @@ import base64
 import json
 import time
 from typing import Any, Optional
+from urllib.parse import urlencode
 
 from websockets.sync.client import connect
 
@@ -15,14 +16,41 @@ from servers import session_state
 class WsClient:
     """One connection to ``/v1/realtime``; ``events`` holds everything received, in order."""
 
-    def __init__(self, port: int, *, beta: bool = False, model: str = "test-model") -> None:
+    def __init__(
+        self,
+        port: int,
+        *,
+        beta: bool = False,
+        model: str = "test-model",
+        query: Optional[dict[str, Any]] = None,
+        first: Optional[dict[str, Any]] = None,
+        wait: bool = True,
+    ) -> None:
+        """Connect (with extra URL ``query`` parameters, sending ``first`` at once); with
+        ``wait``, until ``session.created`` — or ``session.resumed`` when resuming."""
         headers = {"OpenAI-Beta": "realtime=v1"} if beta else {}
         self.port = port
         self.beta = beta
-        self.ws = connect(f"ws://127.0.0.1:{port}/v1/realtime?model={model}", max_size=None, additional_headers=headers)
+        url = f"ws://127.0.0.1:{port}/v1/realtime?" + urlencode({"model": model, **(query or {})})
+        self.ws = connect(url, max_size=None, additional_headers=headers)
         self.events: list[dict[str, Any]] = []
+        self.frames: list[str] = []  # the raw text of each event, for byte-exact comparisons
         self._taken: set[int] = set()
-        self.session_id = self.recv("session.created")["session"]["id"]
+        self.session_id = ""
+        self.token: Optional[str] = None  # the newest resume token the server handed over
+        if first is not None:
+            self.send(first)
+        resuming = "resume_session" in (query or {}) or (first or {}).get("type") == "session.resume"
+        if wait:
+            self.recv("session.resumed" if resuming else "session.created")
+
+    def last_seq(self) -> int:
+        """The highest ``server_event_seq`` received (what a resume asks to continue after)."""
+        return max((e["server_event_seq"] for e in self.events if "server_event_seq" in e), default=0)
+
+    def drop(self) -> None:
+        """Vanish without ``session.close`` (the server sees the connection end)."""
+        self.ws.close()
 
     def send(self, obj: Any) -> None:
         self.ws.send(obj if isinstance(obj, (str, bytes)) else json.dumps(obj))
@@ -40,7 +68,30 @@ class WsClient:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"no {until} {match or ''} within {timeout} s; got {[e['type'] for e in self.events[-15:]]}")
-            self.events.append(json.loads(self.ws.recv(timeout=left)))
+            self._read(left)
+
+    def _read(self, timeout: float) -> None:
+        frame = self.ws.recv(timeout=timeout)
+        ev = json.loads(frame)
+        self.frames.append(frame)
+        self.events.append(ev)
+        if ev["type"] in ("session.created", "session.resumed") and "resume_token" in ev:
+            self.token = ev["resume_token"]
+            self.session_id = ev["session"]["id"] if ev["type"] == "session.created" else ev["session_id"]
+
+    def first_of(self, *types: str, timeout: float = 10.0) -> dict[str, Any]:
+        """The first event (from the start) whose type is one of ``types``, reading until one arrives."""
+        deadline = time.monotonic() + timeout
+        seen = 0
+        while True:
+            for ev in self.events[seen:]:
+                if ev["type"] in types:
+                    return ev
+            seen = len(self.events)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"none of {types} within {timeout} s")
+            self._read(left)
 
     def error(self, timeout: float = 10.0) -> dict[str, Any]:
         """The next ``error`` event's ``error`` object."""

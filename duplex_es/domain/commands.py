@@ -81,10 +81,12 @@ class ClientCommand:
 
 @attrs.frozen(kw_only=True)
 class OpenSession:
-    """Create the session (the host sends it when a connection opens a new session)."""
+    """Create the session (the host sends it when a connection opens a new session);
+    ``resume_token_hash`` is the digest of the resume token issued with it."""
 
     session_id: str
     model: str
+    resume_token_hash: Optional[str] = None
 
 
 @attrs.frozen(kw_only=True)
@@ -141,10 +143,17 @@ class Detach:
 
 @attrs.frozen(kw_only=True)
 class Resume(ClientCommand):
-    """Take the session over: succeeds only if the lease is still at ``expected_generation``."""
+    """Take the session over at ``at_ms`` (Unix ms): succeeds only if the lease is still at
+    ``expected_generation`` and, when ``token_hash`` is given, it is the digest of the current
+    resume token (a wire client must present one; an in-process caller of the Python API need
+    not). ``new_token_hash`` is the digest of the rotated token (``None``: keep the token);
+    ``last_server_event_seq`` the last wire event the client saw, recorded for audit."""
 
     expected_generation: int
     at_ms: int
+    token_hash: Optional[str] = None
+    new_token_hash: Optional[str] = None
+    last_server_event_seq: Optional[int] = None
 
 
 @attrs.frozen(kw_only=True)

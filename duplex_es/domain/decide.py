@@ -10,7 +10,7 @@ target or have exactly one candidate; the resolved target is written into the ev
 from __future__ import annotations
 
 # Importing the concern modules registers their deciders.
-from duplex_es.domain import input as _input, items as _items, lifecycle as _lifecycle  # noqa: F401
+from duplex_es.domain import input as _input, items as _items, lease as _lease, lifecycle as _lifecycle  # noqa: F401
 from duplex_es.domain import playback as _playback, responses as _responses  # noqa: F401
 from duplex_es.domain.commands import Detach, Expire, Invalid, OpenSession, Pump
 from duplex_es.domain.errors import Code
@@ -35,8 +35,16 @@ def decide(state: SessionState | WorldState, command: object) -> list[Event]:
         if state.status != "new":
             return reject(command, Code.SESSION_ALREADY_OPEN, f"session {state.session_id} already exists")
         if isinstance(command, StartWorld):
-            return [WorldStarted(client_event_id=command.event_id, session_id=command.session_id, config=command.config, at_ms=command.at_ms)]
-        return [SessionOpened(session_id=command.session_id, config=SessionConfig(model=command.model))]
+            return [
+                WorldStarted(
+                    client_event_id=command.event_id,
+                    session_id=command.session_id,
+                    config=command.config,
+                    at_ms=command.at_ms,
+                    resume_token_hash=command.resume_token_hash,
+                )
+            ]
+        return [SessionOpened(session_id=command.session_id, config=SessionConfig(model=command.model), resume_token_hash=command.resume_token_hash)]
     if not state.open:
         if isinstance(command, (Pump, Detach, Expire)):
             return []

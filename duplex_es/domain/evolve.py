@@ -12,7 +12,7 @@ from typing import Iterable
 import attrs
 
 # Importing the concern modules registers their evolvers.
-from duplex_es.domain import input as _input, items as _items, lifecycle as _lifecycle  # noqa: F401
+from duplex_es.domain import input as _input, items as _items, lease as _lease, lifecycle as _lifecycle  # noqa: F401
 from duplex_es.domain import playback as _playback, responses as _responses  # noqa: F401
 from duplex_es.domain.world import WorldState
 from duplex_es.domain.rules import evolver

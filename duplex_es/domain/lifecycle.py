@@ -2,8 +2,8 @@
 (detach, resume, expiry).
 
 Time never comes from a clock here: a detach carries the host's time, an expiry the reaper's
-(DESIGN I11). A resume is a compare-and-swap on the lease generation: the loser of two resumes
-gets ``session_resume_conflict`` (DESIGN §4, Leases).
+(DESIGN I11). The lease rules shared with world sessions (resume, the detach and resume
+evolvers) live in ``lease``.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from duplex_es.audio import is_supported
 from duplex_es.domain.commands import UNSET, CloseSession, Detach, Expire, Heartbeat, Resume, TurnSignal, UpdateSession
 from duplex_es.domain.errors import Code
 from duplex_es.domain.input import end_speech
+from duplex_es.domain.lease import resume_events, with_token
 from duplex_es.domain.limits import MAX_INSTRUCTIONS_CHARS, VOICES
 from duplex_es.domain.responses import cancel_events
 from duplex_es.domain.rules import decider, evolver, reject
-from duplex_es.domain.state import Lease, SessionState
+from duplex_es.domain.state import SessionState
 from duplex_es.events import (
     CommandRejected,
     Event,
@@ -28,7 +29,6 @@ from duplex_es.events import (
     SessionDetached,
     SessionExpired,
     SessionOpened,
-    SessionResumed,
     SessionUpdated,
     TurnDetection,
     TurnSignaled,
@@ -173,14 +173,7 @@ def _(cmd: Detach, state: SessionState) -> list[Event]:
 
 @decider.register
 def _(cmd: Resume, state: SessionState) -> list[Event]:
-    if cmd.expected_generation != state.lease.generation:
-        return reject(
-            cmd,
-            Code.RESUME_CONFLICT,
-            f"the session's lease is at generation {state.lease.generation}, not {cmd.expected_generation}: another client resumed it",
-            "expected_generation",
-        )
-    return [SessionResumed(client_event_id=cmd.event_id, lease_generation=state.lease.generation + 1, at_ms=cmd.at_ms)]
+    return resume_events(cmd, state)
 
 
 @decider.register
@@ -195,7 +188,7 @@ def _(cmd: Expire, state: SessionState) -> list[Event]:
 
 @evolver.register
 def _(ev: SessionOpened, state: SessionState, seq: int) -> SessionState:
-    return attrs.evolve(state, session_id=ev.session_id, status="open", config=ev.config)
+    return with_token(attrs.evolve(state, session_id=ev.session_id, status="open", config=ev.config), ev.resume_token_hash)
 
 
 @evolver.register
@@ -213,16 +206,6 @@ def _(ev: SessionClosed, state: SessionState, seq: int) -> SessionState:
 @evolver.register
 def _(ev: SessionExpired, state: SessionState, seq: int) -> SessionState:
     return attrs.evolve(state, status="expired", close_reason=ev.reason)
-
-
-@evolver.register
-def _(ev: SessionDetached, state: SessionState, seq: int) -> SessionState:
-    return attrs.evolve(state, lease=attrs.evolve(state.lease, detached_at_ms=ev.at_ms))
-
-
-@evolver.register
-def _(ev: SessionResumed, state: SessionState, seq: int) -> SessionState:
-    return attrs.evolve(state, lease=Lease(generation=ev.lease_generation, detached_at_ms=None))
 
 
 @evolver.register

@@ -159,10 +159,19 @@ class Tick:
 @attrs.frozen(kw_only=True)
 class Lease:
     """Who holds the session: ``generation`` grows with every resume (a compare-and-swap
-    target); ``detached_at_ms`` is set while no client is attached (Unix ms)."""
+    target); ``detached_at_ms`` is set while no client is attached (Unix ms).
+
+    ``token_hash`` is the SHA-256 hex digest of the current resume token (the token is never
+    stored); ``retired_token_hashes`` those of tokens a resume rotated away, so a stale token is
+    told apart from a wrong one. ``detached_total_ms`` sums the finished detached intervals
+    (a world session's realtime pacing does not count them).
+    """
 
     generation: int = 0
     detached_at_ms: Optional[int] = None
+    token_hash: Optional[str] = None
+    retired_token_hashes: tuple[str, ...] = ()
+    detached_total_ms: int = 0
 
 
 @attrs.frozen(kw_only=True)

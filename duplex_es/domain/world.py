@@ -19,15 +19,18 @@ from typing import Optional, Union
 
 import attrs
 
-from duplex_es.domain.commands import Detach, Expire, Pump
+from duplex_es.domain.commands import Detach, Expire, Pump, Resume
 from duplex_es.domain.errors import Code
+from duplex_es.domain.lease import resume_events, with_token
 from duplex_es.domain.rules import evolver
+from duplex_es.domain.state import Lease
 from duplex_es.events import (
     Control,
     ControlEvent,
     Event,
     InteractionAccepted,
     InteractionRejected,
+    SessionDetached,
     WorldChunk,
     WorldClosed,
     WorldConfig,
@@ -125,7 +128,9 @@ class WorldState:
     ``floor`` is the highest applied id (raised above every discarded id by a reset);
     ``prompt`` / ``controls`` / ``engine_state`` are what the last committed chunk left;
     ``failed_output`` marks an output that broke the tick protocol, waiting for the host to log
-    the failure.
+    the failure. ``lease`` is as for speech sessions; while it is detached no tick is issued (the
+    world pauses), and ``paused_base_ms`` is the lease's ``detached_total_ms`` when the epoch
+    began, so realtime pacing skips the time nobody watched.
     """
 
     session_id: str = ""
@@ -146,6 +151,8 @@ class WorldState:
     failure_message: Optional[str] = None
     failed_request_id: Optional[str] = None
     chunks_committed: int = 0
+    lease: Lease = Lease()
+    paused_base_ms: int = 0
 
     @property
     def open(self) -> bool:
@@ -170,6 +177,7 @@ class StartWorld:
     session_id: str
     config: WorldConfig
     at_ms: int
+    resume_token_hash: Optional[str] = None
 
 
 @attrs.frozen(kw_only=True)
@@ -224,16 +232,17 @@ def world_verdict(state: WorldState, ev: Union[WorldChunk, WorldTickFailed]) -> 
 def next_tick_due_ms(state: WorldState) -> Optional[int]:
     """When the next tick may be issued (Unix ms): at once under ``fast`` pacing; under
     ``realtime`` one chunk ahead of playback, counted from the epoch's start. ``None`` when no
-    tick is due at all (one in flight, failed, closed, or ``max_chunks`` reached)."""
+    tick is due at all (one in flight, failed, closed, detached, or ``max_chunks`` reached)."""
     cfg = state.config
-    if cfg is None or state.status != "active" or state.inflight is not None:
+    if cfg is None or state.status != "active" or state.inflight is not None or state.lease.detached_at_ms is not None:
         return None
     if cfg.max_chunks is not None and state.chunk_index >= cfg.max_chunks:
         return None
     if cfg.pacing != "realtime":
         return state.epoch_started_at_ms
     period = cfg.frames_per_chunk * 1000 // cfg.fps
-    return state.epoch_started_at_ms + max(0, state.chunk_index - 1) * period
+    paused = state.lease.detached_total_ms - state.paused_base_ms
+    return state.epoch_started_at_ms + paused + max(0, state.chunk_index - 1) * period
 
 
 def _fold(base_prompt: str, base: tuple[Control, ...], pending: tuple[Pending, ...]) -> tuple[str, tuple[Control, ...]]:
@@ -320,7 +329,16 @@ def _(cmd: Expire, state: WorldState) -> list[Event]:
 
 @world_decider.register
 def _(cmd: Detach, state: WorldState) -> list[Event]:
-    return []  # a world session ends with its connection (the transport closes it)
+    # The world pauses (no new ticks) and waits for a resume or its disconnect grace; a tick in
+    # flight still commits, and a resuming client is re-sent its chunk.
+    if state.lease.detached_at_ms is not None:
+        return []
+    return [SessionDetached(at_ms=cmd.at_ms, reason=cmd.reason)]
+
+
+@world_decider.register
+def _(cmd: Resume, state: WorldState) -> list[Event]:
+    return resume_events(cmd, state)
 
 
 def pump_world(cmd: Pump, state: WorldState) -> list[Event]:
@@ -362,9 +380,10 @@ def _(cmd: Pump, state: WorldState) -> list[Event]:
 
 @evolver.register
 def _(ev: WorldStarted, state: WorldState, seq: int) -> WorldState:
-    return attrs.evolve(
+    started = attrs.evolve(
         state, session_id=ev.session_id, status="active", config=ev.config, prompt=ev.config.prompt, epoch_started_at_ms=ev.at_ms
     )
+    return with_token(started, ev.resume_token_hash)
 
 
 @evolver.register
@@ -444,6 +463,7 @@ def _(ev: WorldReset, state: WorldState, seq: int) -> WorldState:
         epoch=ev.epoch,
         chunk_index=0,
         epoch_started_at_ms=ev.at_ms,
+        paused_base_ms=state.lease.detached_total_ms,
         pending=(),
         floor=ev.floor,
         inflight=None,

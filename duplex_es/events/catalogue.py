@@ -216,10 +216,14 @@ class InputTranscript:
 
 @event("session.opened")
 class SessionOpened(Event):
-    """A session came into existence with its initial configuration (wire: ``session.created``)."""
+    """A session came into existence with its initial configuration (wire: ``session.created``).
+
+    ``resume_token_hash`` is the SHA-256 hex digest of the resume token the client got with
+    ``session.created``; the token itself is never logged (DESIGN §4, Resume)."""
 
     session_id: str
     config: SessionConfig
+    resume_token_hash: Optional[str] = None
 
 
 @event("session.updated")
@@ -254,12 +258,18 @@ class SessionDetached(Event):
 
 @event("session.resumed")
 class SessionResumed(Event):
-    """A client took the session over; ``lease_generation`` is the new generation (the compare-
-    and-swap on the previous one succeeded)."""
+    """A client took the session over at ``at_ms`` (Unix ms); ``lease_generation`` is the new
+    generation (the compare-and-swap on the previous one succeeded).
+
+    ``resume_token_hash`` is the digest of the rotated token handed to the resuming client
+    (``None``: the token did not change); ``last_server_event_seq`` the last wire event the
+    client said it had seen (``None`` when it asked for no replay)."""
 
     client_event_id: Optional[str] = None
     lease_generation: int
     at_ms: int
+    resume_token_hash: Optional[str] = None
+    last_server_event_seq: Optional[int] = None
 
 
 @event("session.expired")

@@ -7,8 +7,11 @@ from duplex_es.protocol.inbound import (
     CLIENT_EVENT_TYPES,
     MAX_FRAME_BYTES,
     CommandError,
+    ResumeRequest,
     command_from_realtime,
     parse_frame,
+    resume_from_query,
+    resume_request,
 )
 from duplex_es.protocol.outbound import (
     EXTENSION_EVENT_TYPES,
@@ -23,6 +26,9 @@ __all__ = [
     "EXTENSION_EVENT_TYPES",
     "MAX_FRAME_BYTES",
     "CommandError",
+    "ResumeRequest",
+    "resume_from_query",
+    "resume_request",
     "client_event_to_ga",
     "command_from_realtime",
     "encode_wire",

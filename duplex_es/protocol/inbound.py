@@ -20,7 +20,9 @@ import base64
 import binascii
 import json
 import secrets
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
+
+import attrs
 
 from duplex_es.domain.commands import (
     AckPlayback,
@@ -58,6 +60,9 @@ __all__ = [
     "MAX_INT",
     "IdFactory",
     "CLIENT_EVENT_TYPES",
+    "ResumeRequest",
+    "resume_request",
+    "resume_from_query",
 ]
 
 #: Largest client frame accepted: OpenAI's 15 MiB audio cap plus room for the JSON envelope.
@@ -171,8 +176,9 @@ def _bad_string(obj: Any) -> Optional[str]:
 # ---------------------------------------------------------------------------------- entry points
 
 
-def parse_frame(raw: str | bytes, new_id: IdFactory, *, dialect: str = "ga") -> Command:
-    """Turn one WebSocket frame into a command; any problem becomes an ``Invalid`` command.
+def parse_frame(raw: str | bytes, new_id: IdFactory, *, dialect: str = "ga") -> Command | ResumeRequest:
+    """Turn one WebSocket frame into a command (or a :class:`ResumeRequest`, which the
+    transport handles); any problem becomes an ``Invalid`` command.
 
     Args:
         raw: the frame; ``bytes`` for a binary frame, which the Realtime protocol does not use.
@@ -206,7 +212,7 @@ def _random_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(8)}"
 
 
-def command_from_realtime(payload: Any, new_id: Optional[IdFactory] = None, *, dialect: str = "ga") -> Command:
+def command_from_realtime(payload: Any, new_id: Optional[IdFactory] = None, *, dialect: str = "ga") -> Command | ResumeRequest:
     """Translate one parsed client event into a command; ``new_id`` makes the ids it creates
     (default: 64 random bits after the prefix, e.g. ``item_3f2a9c...``).
 
@@ -587,6 +593,67 @@ def _close(p: _P) -> Command:
     return CloseSession(**p.common(), reason=p.str("reason") or "client_close")
 
 
+@attrs.frozen(kw_only=True)
+class ResumeRequest:
+    """``session.resume`` (DESIGN §4, Resume): take over ``session_id`` with the
+    ``resume_token`` the server issued, and be re-sent the wire events after
+    ``last_server_event_seq`` (``None``: re-send nothing). Not a session command: the
+    transport acts on it before a session is bound to the connection, so it may only be the
+    first message (or ride on the connection URL as ``resume_session``, ``resume_token`` and
+    ``last_server_event_seq`` query parameters, which the SDK's ``on_reconnecting`` can set)."""
+
+    session_id: str
+    resume_token: str
+    last_server_event_seq: Optional[int] = None
+    event_id: Optional[str] = None
+
+
+def _resume(p: _P) -> ResumeRequest:
+    p.keys({"session_id", "resume_token", "last_server_event_seq"})
+    session_id = p.str("session_id", required=True)
+    token = p.str("resume_token", required=True)
+    if not 0 < len(session_id) <= 128:  # type: ignore[arg-type]
+        raise _Bad(Code.INVALID_EVENT, "session_id must be 1-128 characters", "session_id")
+    if not 0 < len(token) <= 256:  # type: ignore[arg-type]
+        raise _Bad(Code.INVALID_EVENT, "resume_token must be 1-256 characters", "resume_token")
+    last = p.int("last_server_event_seq")
+    if last is not None and last < 0:
+        raise _Bad(Code.INVALID_EVENT, "last_server_event_seq must be >= 0", "last_server_event_seq")
+    return ResumeRequest(session_id=session_id, resume_token=token, last_server_event_seq=last, event_id=p.event_id)  # type: ignore[arg-type]
+
+
+def resume_request(payload: dict) -> ResumeRequest:
+    """Parse a ``session.resume`` message (any endpoint).
+
+    Raises:
+        CommandError: a field is missing, unknown or malformed (code ``invalid_event``).
+    """
+    out = command_from_realtime(payload)
+    if not isinstance(out, ResumeRequest):
+        raise CommandError(Code.INVALID_EVENT, "not a session.resume message", "type")
+    return out
+
+
+def resume_from_query(params: Mapping[str, str]) -> Optional[ResumeRequest]:
+    """The resume a connection URL asks for (``?resume_session=…&resume_token=…
+    &last_server_event_seq=…``), or ``None`` when it names no session.
+
+    Raises:
+        CommandError: ``resume_session`` is given but the token is missing or the seq is not
+            a non-negative integer.
+    """
+    session_id = params.get("resume_session")
+    if session_id is None:
+        return None
+    payload: dict[str, Any] = {"type": "session.resume", "session_id": session_id, "resume_token": params.get("resume_token")}
+    last = params.get("last_server_event_seq")
+    if last is not None:
+        if not last.isascii() or not last.isdigit() or len(last) > 16:
+            raise CommandError(Code.INVALID_EVENT, "last_server_event_seq must be a non-negative integer", "last_server_event_seq")
+        payload["last_server_event_seq"] = int(last)
+    return resume_request(payload)
+
+
 _PARSERS: dict[str, Callable[[_P], Command]] = {
     "session.update": _session_update,
     "input_audio_buffer.append": _append,
@@ -606,6 +673,7 @@ _PARSERS: dict[str, Callable[[_P], Command]] = {
     "turn.signal": _turn_signal,
     "session.heartbeat": _heartbeat,
     "session.close": _close,
+    "session.resume": _resume,  # type: ignore[dict-item]
 }
 
 #: ``turn.signal`` events that carry a command (vLLM-Omni remaps them the same way).

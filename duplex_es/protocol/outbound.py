@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 
 import attrs
 
+from duplex_es.domain.errors import Code
 from duplex_es.domain.responses import classify_output
 from duplex_es.domain.state import Item, Response, SessionState
 from duplex_es.events import (
@@ -65,7 +66,16 @@ __all__ = [
 
 #: Wire events duplex_es sends that are not in the OpenAI GA vocabulary.
 EXTENSION_EVENT_TYPES = frozenset(
-    {"playback.acknowledged", "session.closed", "session.expired", "session.resumed", "session.heartbeat_ack", "turn.event"}
+    {
+        "playback.acknowledged",
+        "session.closed",
+        "session.expired",
+        "session.resumed",
+        "session.replaced",
+        "session.resync_required",
+        "session.heartbeat_ack",
+        "turn.event",
+    }
 )
 
 #: Largest audio payload per ``response.output_audio.delta`` (raw bytes), keeping every frame
@@ -261,6 +271,10 @@ def _closing(state: SessionState, resp: Response, item: Item) -> list[dict[str, 
 # ---------------------------------------------------------------------------------- projection
 
 
+#: Refusals of a ``session.resume`` logged in the session it tried to take over.
+_TAKEOVER_REFUSALS = frozenset({Code.RESUME_CONFLICT, Code.RESUME_TOKEN_INVALID, Code.SESSION_CLOSED})
+
+
 @singledispatch
 def _project(event: Event, ctx: _Ctx) -> list[dict[str, Any]]:
     return []  # appends, ticks, epoch changes and detaches are not on the wire
@@ -303,7 +317,7 @@ def _(ev: TurnSignaled, ctx: _Ctx) -> list[dict[str, Any]]:
 
 @_project.register
 def _(ev: CommandRejected, ctx: _Ctx) -> list[dict[str, Any]]:
-    if ev.command_type == "session.resume":
+    if ev.command_type == "session.resume" and ev.code in _TAKEOVER_REFUSALS:
         return []  # a refused takeover is told to the client that tried it, not the session's listener
     return [
         {

@@ -22,7 +22,7 @@ from duplex_es.events import (
     WorldReset,
     WorldStarted,
 )
-from duplex_es.protocol.inbound import MAX_FRAME_BYTES, MAX_INT, _bad_string, _printable
+from duplex_es.protocol.inbound import MAX_FRAME_BYTES, MAX_INT, CommandError, _bad_string, _printable, resume_request
 from duplex_es.protocol.outbound import _Ctx, _project
 
 __all__ = ["parse_world_frame", "world_start_config", "WORLD_LIMITS", "CAMERA_SCHEMA"]
@@ -112,7 +112,8 @@ def _controls(raw: Any) -> tuple[Control, ...]:
 
 def parse_world_frame(raw: str | bytes, new_id: Callable[[str], str], now_ms: int, *, started: bool, session_id: str) -> object:
     """Turn one ``/v1/world`` frame into a command (an ``Invalid`` or ``RefuseInteraction``
-    command for anything malformed, so the refusal is logged)."""
+    command for anything malformed, so the refusal is logged), or a ``ResumeRequest`` for
+    ``session.resume``, which the transport handles."""
     if isinstance(raw, bytes):
         return Invalid(code=Code.BINARY_FRAME, message="send JSON text frames")
     if len(raw.encode("utf-8", "surrogatepass")) > MAX_FRAME_BYTES:
@@ -150,6 +151,11 @@ def parse_world_frame(raw: str | bytes, new_id: Callable[[str], str], now_ms: in
             return Interact(event_id=event_id, prompt=prompt, controls=_controls(msg.get("controls")))
         except _Bad as bad:
             return RefuseInteraction(event_id=event_id, code=Code.INVALID_INTERACTION, message=bad.message, param=bad.param)
+    if kind == "session.resume":
+        try:
+            return resume_request(msg)
+        except CommandError as err:
+            return Invalid(event_id=sid, command_type=kind, code=err.code, message=err.message, param=err.param)
     if kind == "session.reset":
         return ResetWorld(event_id=sid, at_ms=now_ms)
     if kind == "session.close":

@@ -2,9 +2,11 @@
 ``/v1/world`` (interactive world sessions), session state for debugging, health and Prometheus
 metrics.
 
-The WebSocket handler is a thin layer over :class:`~duplex_es.server.sessions.DuplexSessions`:
+The WebSocket handlers are a thin layer over :class:`~duplex_es.server.sessions.DuplexSessions`:
 frames become commands (:func:`~duplex_es.protocol.parse_frame`), the session's server events
-become frames.
+become frames. A connection either opens a session or resumes one (``session.resume`` as its
+first message, or ``resume_session`` in its URL); when it drops without ``session.close`` the
+session is detached and waits for a resume until its disconnect grace runs out.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import asyncio
 import base64
 import contextlib
 import logging
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -22,13 +24,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from duplex_es.domain import Code, Invalid, fold
-from duplex_es.domain.world import CloseWorld, StartWorld
+from duplex_es.domain import CloseSession, Code, Invalid, fold
+from duplex_es.domain.world import StartWorld, WorldState
 from duplex_es.events import to_plain
-from duplex_es.protocol import encode_wire, parse_frame, wire_to_beta
+from duplex_es.protocol import CommandError, ResumeRequest, encode_wire, parse_frame, resume_from_query, wire_to_beta
 from duplex_es.protocol.world import parse_world_frame
 from duplex_es.server.host import SessionHost, new_id, now_ms
-from duplex_es.server.sessions import DEFAULT_MODEL, DuplexSessions
+from duplex_es.server.sessions import DEFAULT_MODEL, DuplexSessions, ResumeRefused
 from duplex_es.store import Database
 
 __all__ = ["create_app", "DEFAULT_MODEL"]
@@ -70,16 +72,46 @@ def create_app(
         finally:
             await sessions.stop()
 
+    async def resume(request: ResumeRequest, kind: str) -> tuple[SessionHost | None, dict | None]:
+        """Take over the session a ``session.resume`` names: its handle, or the refusal to send."""
+        try:
+            host = await sessions.resume_session(
+                request.session_id,
+                event_id=request.event_id,
+                resume_token=request.resume_token,
+                last_server_event_seq=request.last_server_event_seq,
+                kind=kind,
+            )
+        except ResumeRefused as refused:
+            log.info("resume of %s refused: %s", request.session_id, refused)
+            return None, _error(refused.code, refused.message, refused.param, request.event_id)
+        log.info("session %s resumed (lease generation %d)", host.session_id, host.state.lease.generation)
+        return host, None
+
     async def realtime(ws: WebSocket) -> None:
         if api_key is not None and ws.headers.get("authorization") != f"Bearer {api_key}":
             await ws.close(code=1008, reason="invalid API key")
             return
         dialect = "beta" if "realtime=v1" in ws.headers.get("openai-beta", "") else "ga"
         await ws.accept()
-        host = await sessions.open_session(ws.query_params.get("model") or DEFAULT_MODEL)
+        host: SessionHost | None = None
+        try:
+            by_url = resume_from_query(ws.query_params)
+        except CommandError as err:
+            by_url = None
+            await ws.send_text(encode_wire(_error(err.code, err.message, err.param, None)))
+        if by_url is not None:
+            host, refusal = await resume(by_url, "speech")
+            if refusal is not None:
+                await ws.send_text(encode_wire(refusal))  # ...and carry on with a new session
+        # A session this connection opened and the client has not used yet: a session.resume
+        # as the first message leaves it for the session named.
+        unused = host is None
+        if host is None:
+            host = await sessions.open_session(ws.query_params.get("model") or DEFAULT_MODEL)
+            log.info("session %s opened (%s dialect)", host.session_id, dialect)
         me = host.listener
-        log.info("session %s opened (%s dialect)", host.session_id, dialect)
-        writer = asyncio.create_task(_write(ws, host, dialect, me))
+        writer = asyncio.create_task(_write(ws, host, me, _realtime_frames(dialect)))
         clean = False
         try:
             while not host.ended.is_set() and host.listener == me:
@@ -89,7 +121,23 @@ def create_app(
                 frame = message.get("text")
                 if frame is None:
                     frame = message.get("bytes") or b""
-                await host.submit(parse_frame(frame, new_id, dialect=dialect))
+                command = parse_frame(frame, new_id, dialect=dialect)
+                if isinstance(command, ResumeRequest):
+                    if unused:
+                        resumed, refusal = await resume(command, "speech")
+                        if resumed is None:
+                            host.tell(refusal)  # type: ignore[arg-type]
+                            continue
+                        host.release()
+                        await writer
+                        await host.submit(CloseSession(reason="superseded_by_resume"))
+                        host, me = resumed, resumed.listener
+                        writer = asyncio.create_task(_write(ws, host, me, _realtime_frames(dialect)))
+                        unused = False
+                        continue
+                    command = _resume_not_first(command)
+                unused = False
+                await host.submit(command)
             # Replaced by a resume elsewhere: this connection no longer speaks for the session.
             clean = host.ended.is_set() or host.listener != me
         except WebSocketDisconnect:
@@ -101,14 +149,7 @@ def create_app(
             with contextlib.suppress(Exception):
                 await ws.close(code=1011, reason="internal error; the session is safe in the log")
         finally:
-            if clean:
-                await writer  # every queued event, session.closed last
-                with contextlib.suppress(Exception):
-                    await ws.close(code=1000)
-            else:
-                writer.cancel()
-                with contextlib.suppress(Exception):
-                    await host.detach()
+            await _finish(ws, host, writer, clean)
             log.info("session %s: connection ended", host.session_id)
 
     async def world(ws: WebSocket) -> None:
@@ -119,9 +160,10 @@ def create_app(
         session_id = new_id("world")
         host: SessionHost | None = None
         writer: asyncio.Task | None = None
+        me = 0
         clean = False
         try:
-            while host is None or not host.ended.is_set():
+            while host is None or (not host.ended.is_set() and host.listener == me):
                 message = await ws.receive()
                 if message["type"] == "websocket.disconnect":
                     break
@@ -130,16 +172,26 @@ def create_app(
                     frame = message.get("bytes") or b""
                 command = parse_world_frame(frame, new_id, now_ms(), started=host is not None, session_id=session_id)
                 if host is None:
-                    if not isinstance(command, StartWorld):
+                    if isinstance(command, ResumeRequest):
+                        host, refusal = await resume(command, "world")
+                        if host is None:
+                            await ws.send_text(encode_wire(refusal))  # type: ignore[arg-type]
+                            continue
+                    elif isinstance(command, StartWorld):
+                        host = await sessions.open_world(command)
+                        log.info("world session %s started", session_id)
+                    else:
                         # No session exists yet, so there is no log to record this in.
                         await ws.send_text(encode_wire(_pre_start_error(command)))
                         continue
-                    host = await sessions.open_world(command)
-                    writer = asyncio.create_task(_write_world(ws, host, command.config.binary))
-                    log.info("world session %s started", session_id)
+                    me = host.listener
+                    assert isinstance(host.state, WorldState) and host.state.config is not None
+                    writer = asyncio.create_task(_write(ws, host, me, _world_frames(host.state.config.binary)))
                     continue
+                if isinstance(command, ResumeRequest):
+                    command = _resume_not_first(command)
                 await host.submit(command)
-            clean = host is not None and host.ended.is_set()
+            clean = host is not None and (host.ended.is_set() or host.listener != me)
         except WebSocketDisconnect:
             pass
         except Exception:
@@ -148,13 +200,8 @@ def create_app(
                 await ws.close(code=1011, reason="internal error; the session is safe in the log")
         finally:
             if host is not None and writer is not None:
-                if clean:
-                    await writer
-                else:
-                    writer.cancel()
-                    with contextlib.suppress(Exception):
-                        await host.submit(CloseWorld(reason="connection_closed"))
-            log.info("world session %s: connection ended", session_id)
+                await _finish(ws, host, writer, clean)
+            log.info("world session %s: connection ended", host.session_id if host is not None else session_id)
 
     async def session_state(request: Request) -> Response:
         session_id = request.path_params["session_id"]
@@ -188,46 +235,86 @@ def create_app(
     return app
 
 
+def _error(code: str, message: str, param: str | None, event_id: str | None) -> dict:
+    """An ``error`` told to this connection only (it belongs to no session's log stream)."""
+    error = {"type": "invalid_request_error", "code": code, "message": message, "param": param, "event_id": event_id}
+    return {"type": "error", "event_id": new_id("event"), "error": error}
+
+
+def _resume_not_first(request: ResumeRequest) -> Invalid:
+    return Invalid(
+        event_id=request.event_id,
+        command_type="session.resume",
+        code=Code.RESUME_NOT_FIRST,
+        message="session.resume must be the first message on a new connection",
+        param="type",
+    )
+
+
 def _pre_start_error(command: object) -> dict:
     code = getattr(command, "code", Code.SESSION_NOT_STARTED)
     message = getattr(command, "message", "send session.start first")
     if not isinstance(command, Invalid) or code == Code.UNKNOWN_TYPE:
-        code, message = Code.SESSION_NOT_STARTED, "send session.start first"
-    error = {"type": "invalid_request_error", "code": code, "message": message, "param": getattr(command, "param", None), "event_id": getattr(command, "event_id", None)}
-    return {"type": "error", "error": error}
+        code, message = Code.SESSION_NOT_STARTED, "send session.start or session.resume first"
+    return _error(code, message, getattr(command, "param", None), getattr(command, "event_id", None))
 
 
-async def _write_world(ws: WebSocket, host: SessionHost, binary: bool) -> None:
-    """Send a world session's events; with ``binary``, each chunk's frames follow its JSON as
+Frames = Callable[[dict], list]
+
+
+def _realtime_frames(dialect: str) -> Frames:
+    """Wire events as Realtime text frames, in the connection's dialect."""
+
+    def frames(wire: dict) -> list:
+        if dialect == "beta":
+            wire = wire_to_beta(wire)  # type: ignore[assignment]
+            if wire is None:
+                return []
+        return [encode_wire(wire)]
+
+    return frames
+
+
+def _world_frames(binary: bool) -> Frames:
+    """World events as text frames; with ``binary``, each chunk's frames follow its JSON as
     binary WebSocket frames (PNG bytes) instead of base64 inside it."""
-    try:
-        async for wire in host.events():
-            if binary and wire["type"] == "world.chunk":
-                frames = wire["frames"]
-                await ws.send_text(encode_wire({**wire, "frames": None, "binary_frames": len(frames)}))
-                for f in frames:
-                    await ws.send_bytes(base64.b64decode(f))
-            else:
-                await ws.send_text(encode_wire(wire))
-        if host.ended.is_set():
-            await ws.close(code=1000)
-    except Exception as exc:
-        log.info("world session %s: client gone while sending (%s)", host.session_id, exc)
+
+    def frames(wire: dict) -> list:
+        if binary and wire["type"] == "world.chunk":
+            pngs = wire["frames"]
+            return [encode_wire({**wire, "frames": None, "binary_frames": len(pngs)})] + [base64.b64decode(f) for f in pngs]
+        return [encode_wire(wire)]
+
+    return frames
 
 
-async def _write(ws: WebSocket, host: SessionHost, dialect: str, me: int) -> None:
-    """Send the session's server events to the socket, in order, in the client's dialect; close
-    it when the session ends (1000) or another client took it over (4000, ``session_replaced``)."""
+async def _write(ws: WebSocket, host: SessionHost, me: int, frames: Frames) -> None:
+    """Send the session's server events to the socket, in order; close it when the session
+    ends (1000) or another client took it over (4000, ``session_replaced``, after the
+    ``session.replaced`` event). A released stream just ends."""
     try:
         async for wire in host.events():
-            if dialect == "beta":
-                wire = wire_to_beta(wire)
-                if wire is None:
-                    continue
-            await ws.send_text(encode_wire(wire))
+            for f in frames(wire):
+                if isinstance(f, bytes):
+                    await ws.send_bytes(f)
+                else:
+                    await ws.send_text(f)
         if host.ended.is_set():  # closed or expired: say goodbye after the last event
             await ws.close(code=1000)
         elif host.listener != me:
             await ws.close(code=4000, reason="session_replaced")
     except Exception as exc:  # the socket went away mid-send; the log has everything
         log.info("session %s: client gone while sending (%s)", host.session_id, exc)
+
+
+async def _finish(ws: WebSocket, host: SessionHost, writer: asyncio.Task, clean: bool) -> None:
+    """End a connection: after a close, expiry or takeover, let the writer send what is queued
+    and close; otherwise the client vanished, so detach the session (it waits for a resume)."""
+    if clean:
+        await writer
+        with contextlib.suppress(Exception):
+            await ws.close(code=1000)
+    else:
+        writer.cancel()
+        with contextlib.suppress(Exception):
+            await host.detach()

@@ -25,14 +25,23 @@ from duplex_es.domain import (
     Expire,
     Invalid,
     Pump,
+    Resume,
     SessionState,
     decide,
     evolve,
 )
 from duplex_es.domain.commands import Command
 from duplex_es.domain.world import WorldState, next_tick_due_ms
-from duplex_es.events import CommandRejected, ItemRetrieved, SessionClosed, SessionExpired, WorldClosed, segments_audio
-from duplex_es.protocol import project
+from duplex_es.events import (
+    CommandRejected,
+    ItemRetrieved,
+    SessionClosed,
+    SessionExpired,
+    SessionResumed,
+    WorldClosed,
+    segments_audio,
+)
+from duplex_es.protocol import project, server_event_seq, split_server_event_seq
 from duplex_es.store import EventLog, Recorded, WrongExpectedSeq
 
 __all__ = ["SessionHost", "new_id", "now_ms"]
@@ -49,6 +58,9 @@ APPEND_SECONDS = Histogram(
 
 #: How many times a command is re-decided after losing an append race to a worker.
 MAX_RETRIES = 50
+
+#: Most wire events a resume re-sends; a client further behind gets ``session.resync_required``.
+MAX_REPLAY_EVENTS = 20_000
 
 _END = object()
 
@@ -85,8 +97,16 @@ class SessionHost:
         self.last_activity_ms = now_ms()
         self._timer: Optional[asyncio.TimerHandle] = None
         self.listener = 0  # bumped by every attach: a transport holding an older number was replaced
+        self._reveal: Optional[tuple[str, str]] = None
 
     # ----------------------------------------------------------------------------------- public
+
+    def reveal_token(self, token_hash: str, token: str) -> None:
+        """Hand ``token`` to the listener with the wire event of the next committed event that
+        carries ``token_hash`` (``session.created``, ``session.started`` or ``session.resumed``),
+        as its ``resume_token`` field. The log keeps only the hash, and a re-send carries no
+        token (a rotated one is void anyway)."""
+        self._reveal = (token_hash, token)
 
     async def submit(self, command: Command) -> None:
         """Decide, append and publish one command, then let the session advance.
@@ -103,6 +123,76 @@ class SessionHost:
             await self._execute(command, key if isinstance(key, str) else None)
             await self._pump()
 
+    async def take_over(self, command: Resume, last_server_event_seq: Optional[int]) -> Recorded:
+        """Resume the session for a new listener, atomically with its catch-up.
+
+        Decides and appends ``command``; on success the previous listener gets
+        ``session.replaced`` and its stream ends, and the new listener's stream starts with the
+        wire events after ``last_server_event_seq`` re-projected from the log (byte-identical
+        to their first sending, DESIGN I13) — or ``session.resync_required`` when the client
+        claims events the log does not hold or missed more than :data:`MAX_REPLAY_EVENTS` —
+        then the ``session.resumed`` of this resume. ``None`` replays nothing. Nothing is
+        missed or doubled between the replay and the live stream: both happen under the lock.
+
+        Returns:
+            the logged ``session.resumed`` or ``command.rejected`` (then nothing else changed).
+        """
+        async with self._lock:
+            await self._catch_up()
+            old = self._queue
+            records = await self._execute(command, None, quiet=True)  # its events go out in the replay
+            outcome = next((r for r in records if isinstance(r.event, (SessionResumed, CommandRejected))), None)
+            if outcome is None or not isinstance(outcome.event, SessionResumed):
+                self._reveal = None
+                if outcome is None:
+                    raise RuntimeError(f"session {self.session_id}: the resume logged nothing")
+                return outcome
+            if old is not None:
+                generation = outcome.event.lease_generation
+                old.put_nowait(
+                    {"type": "session.replaced", "event_id": new_id("event"), "session_id": self.session_id, "lease_generation": generation}
+                )
+                old.put_nowait(_END)
+            self._queue = asyncio.Queue()
+            self.listener += 1
+            for wire in await self._replay(outcome.seq, last_server_event_seq):
+                self._queue.put_nowait(wire)
+            await self._pump()
+            return outcome
+
+    async def _replay(self, resumed_seq: int, last: Optional[int]) -> list[dict[str, Any]]:
+        """The wire events a resuming client gets before the live stream (see :meth:`take_over`)."""
+        records = await asyncio.to_thread(self.log.read_session, self.session_id)
+        state: SessionState | WorldState = SessionState()
+        missed: list[dict[str, Any]] = []
+        resumed: list[dict[str, Any]] = []
+        resync = "ahead_of_log" if last is not None and split_server_event_seq(last)[0] >= resumed_seq else None
+        first = split_server_event_seq(last)[0] if last is not None and resync is None else resumed_seq
+        for r in records:
+            if r.seq > self.state.seq:
+                break  # later events reach the new listener live
+            before, state = state, evolve(state, r.seq, r.event)
+            if r.seq < first:
+                continue
+            wires = await self._wire_of(before, r, state)
+            if r.seq >= resumed_seq:
+                resumed += self._revealed(r, wires)
+            elif resync is None:
+                missed += [w for w in wires if w["server_event_seq"] > last]  # type: ignore[operator]
+                if len(missed) > MAX_REPLAY_EVENTS:
+                    resync, missed = "too_far_behind", []
+        if resync is not None:
+            notice = {
+                "type": "session.resync_required",
+                "event_id": new_id("event"),
+                "session_id": self.session_id,
+                "reason": resync,
+                "last_server_event_seq": last,
+                "head_server_event_seq": server_event_seq(resumed_seq - 1, 999) if resumed_seq > 1 else 0,
+            }
+            missed = [notice]
+        return missed + resumed
+
     async def catch_up(self) -> None:
         """Fold and publish events other processes appended (worker outputs), then advance."""
         async with self._lock:
@@ -118,12 +208,24 @@ class SessionHost:
         self.listener += 1
         return self.listener
 
-    async def detach(self, reason: str = "connection_closed") -> None:
-        """The listener is gone without ``session.close``: stop streaming, log ``session.detached``
-        (cancelling what was generating); the session waits for a resume or its expiry."""
+    def release(self) -> None:
+        """End the current listener's stream without replacing it (the transport is done
+        with this session; nothing is logged)."""
         if self._queue is not None:
             self._queue.put_nowait(_END)
             self._queue = None
+
+    def tell(self, wire: dict[str, Any]) -> None:
+        """Queue a server event for the current listener only, in order with the session's
+        events; it is not from the log (a refusal concerning another session, say)."""
+        if self._queue is not None:
+            self._queue.put_nowait(wire)
+
+    async def detach(self, reason: str = "connection_closed") -> None:
+        """The listener is gone without ``session.close``: stop streaming, log ``session.detached``
+        (a speech session cancels what was generating; a world session pauses); the session
+        waits for a resume or its expiry."""
+        self.release()
         await self.submit(Detach(at_ms=now_ms(), reason=reason))
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
@@ -140,12 +242,13 @@ class SessionHost:
 
     # --------------------------------------------------------------------------------- internals
 
-    async def _execute(self, command: Command, key: Optional[str]) -> bool:
-        """Decide and append ``command`` (re-deciding after append races); True if it logged anything."""
+    async def _execute(self, command: Command, key: Optional[str], *, quiet: bool = False) -> list[Recorded]:
+        """Decide and append ``command`` (re-deciding after append races); returns what it
+        logged. With ``quiet`` its own events are folded but not queued for the listener."""
         for _ in range(MAX_RETRIES):
             events = decide(self.state, command)
             if not events:
-                return False
+                return []
             if isinstance(events[0], CommandRejected):
                 # Only applied commands are keyed: a refusal changes nothing, and keying it
                 # would answer a corrected retry with the old error.
@@ -174,8 +277,8 @@ class SessionHost:
                 COMMANDS.labels("rejected" if rejected else "accepted").inc()
                 if rejected:
                     log.info("session %s: rejected %s", self.session_id, events[0])
-            await self._publish(result.records)
-            return True
+            await self._publish(result.records, quiet=quiet)
+            return list(result.records)
         raise RuntimeError(f"session {self.session_id}: gave up after {MAX_RETRIES} append conflicts")
 
     async def _catch_up(self) -> None:
@@ -204,23 +307,36 @@ class SessionHost:
                 self._timer.cancel()
             self._timer = asyncio.get_running_loop().call_later(delay, lambda: asyncio.create_task(self.catch_up()))
 
-    async def _publish(self, records: Iterable[Recorded]) -> None:
+    async def _wire_of(self, before: SessionState | WorldState, r: Recorded, after: SessionState | WorldState) -> list[dict[str, Any]]:
+        """The wire events of one committed record (reading logged audio a retrieve returns)."""
+        audio = None
+        if isinstance(r.event, ItemRetrieved) and isinstance(after, SessionState):
+            item = after.items.get(r.event.item_id)
+            segments = item.audio if item is not None else ()
+            logged = await asyncio.to_thread(self.log.read_seqs, self.session_id, tuple({s.seq for s in segments}))
+            width = 2 if item is not None and item.audio_format.type == "audio/pcm" else 1
+            data = segments_audio({x.seq: x.event for x in logged}, segments, width)
+            audio = lambda _segments, data=data: data  # noqa: E731
+        return project(before, r.seq, r.event, after, audio)
+
+    def _revealed(self, r: Recorded, wires: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``wires`` with the resume token added where :meth:`reveal_token` asked for it."""
+        token_hash = getattr(r.event, "resume_token_hash", None)
+        if wires and self._reveal is not None and token_hash == self._reveal[0]:
+            wires = [{**wires[0], "resume_token": self._reveal[1]}] + wires[1:]
+            self._reveal = None
+        return wires
+
+    async def _publish(self, records: Iterable[Recorded], *, quiet: bool = False) -> None:
         for r in records:
             if r.seq != self.state.seq + 1:
                 raise RuntimeError(f"session {self.session_id}: got seq {r.seq} after {self.state.seq}")
             before = self.state
             self.state = evolve(before, r.seq, r.event)
-            audio = None
-            if isinstance(r.event, ItemRetrieved):
-                item = self.state.items.get(r.event.item_id)
-                segments = item.audio if item is not None else ()
-                logged = await asyncio.to_thread(self.log.read_seqs, self.session_id, tuple({s.seq for s in segments}))
-                width = 2 if item is not None and item.audio_format.type == "audio/pcm" else 1
-                data = segments_audio({x.seq: x.event for x in logged}, segments, width)
-                audio = lambda _segments, data=data: data  # noqa: E731
-            for wire in project(before, r.seq, r.event, self.state, audio):
-                WIRE_EVENTS.inc()
-                if self._queue is not None:
+            wires = await self._wire_of(before, r, self.state)
+            WIRE_EVENTS.inc(len(wires))
+            if self._queue is not None and not quiet:
+                for wire in self._revealed(r, wires):
                     self._queue.put_nowait(wire)
             if isinstance(r.event, (SessionClosed, SessionExpired, WorldClosed)):
                 self.ended.set()

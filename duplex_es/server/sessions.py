@@ -9,17 +9,21 @@ TTL ran out, appending the time it used (DESIGN I11).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import secrets
 from typing import Optional
 
-from duplex_es.domain import Expire, OpenSession, Resume, fold
-from duplex_es.domain.world import StartWorld
-from duplex_es.events import CommandRejected, SessionResumed
+import attrs
+
+from duplex_es.domain import Code, Expire, OpenSession, Resume, fold
+from duplex_es.domain.world import StartWorld, WorldState
+from duplex_es.events import CommandRejected
 from duplex_es.server.follower import LogFollower
 from duplex_es.server.host import SessionHost, new_id, now_ms
 from duplex_es.store import Database, EventLog
 
-__all__ = ["DuplexSessions", "ResumeRefused", "DEFAULT_MODEL"]
+__all__ = ["DuplexSessions", "ResumeRefused", "DEFAULT_MODEL", "new_resume_token", "token_digest"]
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +32,27 @@ DEFAULT_MODEL = "duplex-es-echo"
 
 
 class ResumeRefused(Exception):
-    """A resume was refused: ``code`` is ``session_resume_conflict`` (the lease moved on),
-    ``session_not_found`` or ``session_closed``."""
+    """A resume was refused: ``code`` is ``session_resume_conflict`` (the lease moved on or the
+    token was rotated away), ``invalid_resume_token``, ``session_not_found`` or
+    ``session_closed``; ``param`` the field to blame, if any."""
 
-    def __init__(self, code: str, message: str) -> None:
-        self.code, self.message = code, message
+    def __init__(self, code: str, message: str, param: Optional[str] = None) -> None:
+        self.code, self.message, self.param = code, message, param
         super().__init__(f"{code}: {message}")
+
+
+def new_resume_token() -> str:
+    """A fresh resume token: 256 random bits, URL-safe (it may ride in a query string)."""
+    return secrets.token_urlsafe(32)
+
+
+def token_digest(token: str) -> str:
+    """The SHA-256 hex digest of a resume token: the only form in which it is stored."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _kind(state: object) -> str:
+    return "world" if isinstance(state, WorldState) else "speech"
 
 
 class DuplexSessions:
@@ -63,6 +82,7 @@ class DuplexSessions:
         self.hosts: dict[str, SessionHost] = {}
         self._follower = LogFollower(self.log, lambda: self.hosts, poll_ms=poll_ms)
         self._reaper: Optional[asyncio.Task] = None
+        self._loading = asyncio.Lock()
 
     async def start(self) -> None:
         """Start following the log and reaping leases."""
@@ -80,50 +100,102 @@ class DuplexSessions:
                 pass
 
     async def open_session(self, model: str = DEFAULT_MODEL) -> SessionHost:
-        """Create a session and return its handle, with a listener attached."""
+        """Create a session and return its handle, with a listener attached. Its first event,
+        ``session.created``, carries the ``resume_token`` a client needs to resume it."""
         host = SessionHost(self.log, new_id("sess"))
         host.attach()
         self.hosts[host.session_id] = host
-        await host.submit(OpenSession(session_id=host.session_id, model=model))
+        token = new_resume_token()
+        host.reveal_token(token_digest(token), token)
+        await host.submit(OpenSession(session_id=host.session_id, model=model, resume_token_hash=token_digest(token)))
         return host
 
     async def open_world(self, start: StartWorld) -> SessionHost:
-        """Create a world session from its ``session.start`` and return its handle."""
+        """Create a world session from its ``session.start`` and return its handle; its
+        ``session.started`` carries the ``resume_token``."""
         host = SessionHost(self.log, start.session_id)
         host.attach()
         self.hosts[host.session_id] = host
-        await host.submit(start)
+        token = new_resume_token()
+        host.reveal_token(token_digest(token), token)
+        await host.submit(attrs.evolve(start, resume_token_hash=token_digest(token)))
         return host
 
     def get(self, session_id: str) -> Optional[SessionHost]:
         """The handle of a session this process hosts, if any."""
         return self.hosts.get(session_id)
 
-    async def resume_session(self, session_id: str, expected_generation: int, event_id: Optional[str] = None) -> SessionHost:
-        """Take a session over: a compare-and-swap on its lease generation.
-
-        Raises:
-            ResumeRefused: the session does not exist or ended, or its lease is no longer at
-                ``expected_generation`` (another client resumed it first).
-        """
-        host = self.hosts.get(session_id)
-        if host is None:
+    async def load(self, session_id: str) -> Optional[SessionHost]:
+        """The handle of a session, rebuilt from the log if this process does not host it yet
+        (after a restart, say); ``None`` if the log holds no such session."""
+        async with self._loading:
+            host = self.hosts.get(session_id)
+            if host is not None:
+                return host
             records = await asyncio.to_thread(self.log.read_session, session_id)
             if not records:
-                raise ResumeRefused("session_not_found", f"no session {session_id}")
+                return None
             host = SessionHost(self.log, session_id)
             host.state = fold((r.seq, r.event) for r in records)
-            self.hosts[session_id] = host
+            if host.state.open:
+                self.hosts[session_id] = host
+            return host
+
+    async def resume_session(
+        self,
+        session_id: str,
+        expected_generation: Optional[int] = None,
+        event_id: Optional[str] = None,
+        *,
+        resume_token: Optional[str] = None,
+        last_server_event_seq: Optional[int] = None,
+        kind: Optional[str] = None,
+    ) -> SessionHost:
+        """Take a session over: a compare-and-swap on its lease generation, and (for wire
+        clients) a check of its resume token, which is then rotated.
+
+        The returned handle's :meth:`~SessionHost.events` stream starts with the wire events
+        after ``last_server_event_seq`` (none when ``None``), then ``session.resumed`` carrying
+        the new ``resume_token``; the previous listener gets ``session.replaced``.
+
+        Args:
+            session_id: the session.
+            expected_generation: the lease generation the caller last saw (``None``: the
+                current one; the token then guards the takeover).
+            event_id: the client's ``event_id`` for the resume.
+            resume_token: the token from ``session.created`` / ``session.resumed``; ``None``
+                is allowed only to in-process callers, who need no proof.
+            last_server_event_seq: the last wire event the client received.
+            kind: ``"speech"`` or ``"world"`` to refuse the other kind (an endpoint's resume).
+
+        Raises:
+            ResumeRefused: ``session_not_found`` (also for a session of the other ``kind``),
+                ``session_closed``, ``invalid_resume_token``, or ``session_resume_conflict``
+                (the token was rotated by a later resume, or the lease is no longer at
+                ``expected_generation``).
+        """
+        host = await self.load(session_id)
+        if host is None:
+            raise ResumeRefused(Code.SESSION_NOT_FOUND, f"no session {session_id}", "session_id")
+        if kind is not None and _kind(host.state) != kind:
+            message = f"{session_id} is a {_kind(host.state)} session: resume it on its own endpoint"
+            raise ResumeRefused(Code.SESSION_NOT_FOUND, message, "session_id")
         if not host.state.open:
-            raise ResumeRefused("session_closed", f"session {session_id} is {host.state.status}")
-        before = host.state.seq
-        await host.submit(Resume(event_id=event_id, expected_generation=expected_generation, at_ms=now_ms()))
-        records = await asyncio.to_thread(self.log.read_session, session_id, after_seq=before)
-        outcome = next((r.event for r in records if isinstance(r.event, (SessionResumed, CommandRejected))), None)
-        if not isinstance(outcome, SessionResumed):
-            message = outcome.message if isinstance(outcome, CommandRejected) else "resume was not recorded"
-            raise ResumeRefused("session_resume_conflict", message)
-        host.attach()  # the previous listener's stream ends here
+            raise ResumeRefused(Code.SESSION_CLOSED, f"session {session_id} is {host.state.status}", "session_id")
+        token = new_resume_token()
+        host.reveal_token(token_digest(token), token)
+        command = Resume(
+            event_id=event_id,
+            expected_generation=host.state.lease.generation if expected_generation is None else expected_generation,
+            at_ms=now_ms(),
+            token_hash=token_digest(resume_token) if resume_token is not None else None,
+            new_token_hash=token_digest(token),
+            last_server_event_seq=last_server_event_seq,
+        )
+        outcome = await host.take_over(command, last_server_event_seq)
+        if isinstance(outcome.event, CommandRejected):
+            raise ResumeRefused(outcome.event.code, outcome.event.message, outcome.event.param)
+        self.hosts[session_id] = host
         return host
 
     async def reap(self, now: Optional[int] = None) -> list[str]:

@@ -1,0 +1,92 @@
+"""Leases, for speech and world sessions alike: detach, and resume by compare-and-swap.
+
+A resume succeeds only if the lease is still at the generation the resumer read and, for a wire
+client, the presented resume token is the current one; it then bumps the generation and rotates
+the token (DESIGN §4, Leases and Resume; vLLM-Omni keeps the same rules in memory,
+``reference/realtime-protocol.md`` §3). Tokens are compared as SHA-256 digests, in constant time.
+Time comes from the commands (DESIGN I11).
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+import attrs
+
+from duplex_es.domain.commands import Resume
+from duplex_es.domain.errors import Code
+from duplex_es.domain.rules import evolver, reject
+from duplex_es.domain.state import Lease
+from duplex_es.events import Event, SessionDetached, SessionResumed
+
+__all__ = ["resume_events", "with_token"]
+
+#: A SessionState or a WorldState: both carry ``lease`` (typed loosely to keep this module
+#: below both state modules).
+HasLease = Any
+
+
+def _same(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode(), b.encode())
+
+
+def resume_events(cmd: Resume, state: HasLease) -> list[Event]:
+    """The events of a resume against an open session: ``session.resumed``, or a refusal with
+    ``invalid_resume_token`` (a token this session never issued), ``session_resume_conflict``
+    (a token a later resume rotated away, or a lease generation that moved on)."""
+    lease: Lease = state.lease
+    if cmd.token_hash is not None:
+        if lease.token_hash is None or not _same(cmd.token_hash, lease.token_hash):
+            if any(_same(cmd.token_hash, old) for old in lease.retired_token_hashes):
+                return reject(
+                    cmd,
+                    Code.RESUME_CONFLICT,
+                    f"the resume token was rotated by a later resume (the lease is at generation {lease.generation})",
+                    "resume_token",
+                )
+            return reject(cmd, Code.RESUME_TOKEN_INVALID, "the resume token is not one this session issued", "resume_token")
+    if cmd.expected_generation != lease.generation:
+        return reject(
+            cmd,
+            Code.RESUME_CONFLICT,
+            f"the session's lease is at generation {lease.generation}, not {cmd.expected_generation}: another client resumed it",
+            "expected_generation",
+        )
+    return [
+        SessionResumed(
+            client_event_id=cmd.event_id,
+            lease_generation=lease.generation + 1,
+            at_ms=cmd.at_ms,
+            resume_token_hash=cmd.new_token_hash,
+            last_server_event_seq=cmd.last_server_event_seq,
+        )
+    ]
+
+
+def with_token(state: HasLease, token_hash: str | None) -> HasLease:
+    """``state`` whose lease holds the resume token digest a session was opened with."""
+    return attrs.evolve(state, lease=attrs.evolve(state.lease, token_hash=token_hash))
+
+
+@evolver.register
+def _(ev: SessionDetached, state: HasLease, seq: int) -> HasLease:
+    return attrs.evolve(state, lease=attrs.evolve(state.lease, detached_at_ms=ev.at_ms))
+
+
+@evolver.register
+def _(ev: SessionResumed, state: HasLease, seq: int) -> HasLease:
+    old = state.lease
+    away = max(0, ev.at_ms - old.detached_at_ms) if old.detached_at_ms is not None else 0
+    token, retired = old.token_hash, old.retired_token_hashes
+    if ev.resume_token_hash is not None:
+        token = ev.resume_token_hash
+        retired = retired + ((old.token_hash,) if old.token_hash is not None else ())
+    lease = Lease(
+        generation=ev.lease_generation,
+        detached_at_ms=None,
+        token_hash=token,
+        retired_token_hashes=retired,
+        detached_total_ms=old.detached_total_ms + away,
+    )
+    return attrs.evolve(state, lease=lease)
