@@ -135,7 +135,9 @@ class CloseSession(ClientCommand):
 
 @attrs.frozen(kw_only=True)
 class Detach:
-    """The connection ended without ``session.close`` at ``at_ms`` (Unix ms, the host's clock)."""
+    """The connection ended without ``session.close`` at ``at_ms`` (Unix ms, the host's clock);
+    ``reason`` ``server_restart`` when a restarted server found the session attached to a
+    connection that died with the previous process."""
 
     at_ms: int
     reason: str = "connection_closed"

@@ -167,7 +167,8 @@ def _(cmd: Detach, state: SessionState) -> list[Event]:
         return []
     live = state.live_responses()
     # Nobody is listening: stop generating; the session waits for a resume.
-    ending = cancel_events(state, live, cause="client_disconnected", reason="client_cancelled") if live else []
+    cause = "server_restart" if cmd.reason == "server_restart" else "client_disconnected"
+    ending = cancel_events(state, live, cause=cause, reason="client_cancelled") if live else []
     return ending + [SessionDetached(at_ms=cmd.at_ms, reason=cmd.reason)]
 
 

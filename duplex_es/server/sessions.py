@@ -16,9 +16,9 @@ from typing import Optional
 
 import attrs
 
-from duplex_es.domain import Code, Expire, OpenSession, Resume, fold
+from duplex_es.domain import Code, Detach, Expire, OpenSession, Resume, fold
 from duplex_es.domain.world import StartWorld, WorldState
-from duplex_es.events import CommandRejected
+from duplex_es.events import CommandRejected, SessionClosed, SessionExpired, WorldClosed
 from duplex_es.server.follower import LogFollower
 from duplex_es.server.host import SessionHost, new_id, now_ms
 from duplex_es.store import Database, EventLog
@@ -26,6 +26,9 @@ from duplex_es.store import Database, EventLog
 __all__ = ["DuplexSessions", "ResumeRefused", "DEFAULT_MODEL", "new_resume_token", "token_digest"]
 
 log = logging.getLogger(__name__)
+
+#: The log events after which a session takes no more commands.
+TERMINAL_EVENT_TYPES = (SessionClosed.TYPE, SessionExpired.TYPE, WorldClosed.TYPE)
 
 #: The model name a session gets when the client names none.
 DEFAULT_MODEL = "duplex-es-echo"
@@ -85,7 +88,9 @@ class DuplexSessions:
         self._loading = asyncio.Lock()
 
     async def start(self) -> None:
-        """Start following the log and reaping leases."""
+        """Recover the sessions a previous server left open, then start following the log and
+        reaping leases."""
+        await self.recover()
         await self._follower.start()
         self._reaper = asyncio.create_task(self._reap_forever(), name="lease-reaper")
 
@@ -121,6 +126,31 @@ class DuplexSessions:
         await host.submit(attrs.evolve(start, resume_token_hash=token_digest(token)))
         return host
 
+    async def recover(self) -> list[str]:
+        """Take up the sessions the log says are still open but no process hosts (the server
+        was killed): rebuild each from the log and log ``session.detached`` (reason
+        ``server_restart``, cancelling a response in progress with that cause) for those whose
+        client was attached, so each waits one disconnect grace from now for a resume. A
+        session detached before the crash keeps its logged detach time, so the reaper expires
+        it at once if its grace ran out meanwhile. Returns the recovered session ids.
+
+        One server per database is assumed here: ownership across servers is issue 6.
+        """
+        ids = await asyncio.to_thread(self.log.sessions_without, TERMINAL_EVENT_TYPES)
+        recovered = []
+        for session_id in ids:
+            if session_id in self.hosts:
+                continue
+            host = await self.load(session_id)
+            if host is None or not host.state.open:
+                continue
+            if host.state.lease.detached_at_ms is None:
+                await host.submit(Detach(at_ms=now_ms(), reason="server_restart"))
+            recovered.append(session_id)
+        if recovered:
+            log.info("recovered %d open sessions from the log", len(recovered))
+        return recovered
+
     def get(self, session_id: str) -> Optional[SessionHost]:
         """The handle of a session this process hosts, if any."""
         return self.hosts.get(session_id)
@@ -137,6 +167,7 @@ class DuplexSessions:
                 return None
             host = SessionHost(self.log, session_id)
             host.state = fold((r.seq, r.event) for r in records)
+            host.last_activity_ms = records[-1].recorded_at_us // 1000  # the idle TTL runs on from the log
             if host.state.open:
                 self.hosts[session_id] = host
             return host

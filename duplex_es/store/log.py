@@ -341,6 +341,19 @@ class EventLog:
             )
             return [r[0] for r in rows]
 
+    def sessions_without(self, end_types: Sequence[str]) -> list[str]:
+        """Sessions none of whose events has a type in ``end_types`` (the sessions still open,
+        when those are the terminal event types), ordered by their first position. The store
+        knows no event semantics: the caller names the types."""
+        ended = sa.select(events_t.c.session_id).where(events_t.c.type.in_(list(end_types)))
+        with self.db.read() as conn:
+            rows = conn.execute(
+                sa.select(events_t.c.session_id)
+                .where(events_t.c.seq == 1, events_t.c.session_id.not_in(ended))
+                .order_by(events_t.c.position)
+            )
+            return [r[0] for r in rows]
+
     def find_session(self, prefix: str) -> list[str]:
         """Session ids that start with ``prefix`` (for CLI arguments)."""
         with self.db.read() as conn:
