@@ -18,6 +18,10 @@ recompute what must hold, so a reducer bug cannot hide itself.
 
 World sessions get their own tick checks (:func:`_audit_world`): every accepted interaction is
 applied by exactly one committed tick of its epoch, in id order, or discarded by name.
+
+* **snapshots** — every stored snapshot of this reducer version whose digest holds equals the
+  full replay of the log up to its seq (a corrupt one or one of another version is not trusted
+  by loads, so it is counted, not flagged).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Optional
 
 import attrs
 
-from duplex_es.domain import SessionState, classify_output, evolve
+from duplex_es.domain import REDUCER_VERSION, SessionState, classify_output, evolve
 from duplex_es.domain.world import WorldState, world_verdict
 from duplex_es.events import (
     MODEL_FEEDING,
@@ -47,7 +51,8 @@ from duplex_es.events import (
     WorldTickIssued,
     decode,
 )
-from duplex_es.store import EventLog
+from duplex_es.snapshots import decode_state
+from duplex_es.store import EventLog, SnapshotStore
 from duplex_es.store.chain import GENESIS, event_hash
 
 __all__ = ["Violation", "SessionAudit", "audit_session", "audit_all"]
@@ -76,6 +81,7 @@ class SessionAudit:
     pending_events: int
     responses: int
     violations: tuple[Violation, ...]
+    snapshots: int = 0  # snapshots checked against the full replay
 
     @property
     def ok(self) -> bool:
@@ -84,8 +90,41 @@ class SessionAudit:
 
 
 def audit_session(log: EventLog, session_id: str) -> SessionAudit:
-    """Audit one session from its stored rows."""
+    """Audit one session from its stored rows (and its snapshots)."""
     rows = log.read_raw(session_id)
+    report = _audit_rows(session_id, rows)
+    checked, bad = _check_snapshots(log, session_id, rows)
+    return attrs.evolve(report, snapshots=checked, violations=report.violations + tuple(bad))
+
+
+def _check_snapshots(log: EventLog, session_id: str, rows: list) -> tuple[int, list[Violation]]:
+    snaps = [s for s in SnapshotStore(log.db).all_of(session_id) if s.reducer_version == REDUCER_VERSION and s.intact]
+    if not snaps:
+        return 0, []
+    bad: list[Violation] = []
+    want = {s.seq: s for s in snaps}
+    state = SessionState()
+    for r in rows:
+        try:
+            state = evolve(state, r.seq, decode(r.type, r.version, r.data))
+        except Exception:
+            return 0, []  # the decode check already reports it
+        snap = want.get(r.seq)
+        if snap is None:
+            continue
+        try:
+            same = decode_state(snap.data) == state
+        except ValueError as exc:
+            bad.append(Violation("snapshots", r.seq, f"the snapshot does not decode: {exc}"))
+            continue
+        if not same:
+            bad.append(Violation("snapshots", r.seq, "the snapshot differs from the full replay up to its seq"))
+    for seq in sorted(set(want) - {r.seq for r in rows}):
+        bad.append(Violation("snapshots", seq, "a snapshot after the last event"))
+    return len(snaps), bad
+
+
+def _audit_rows(session_id: str, rows: list) -> SessionAudit:
     bad: list[Violation] = []
 
     # chain -------------------------------------------------------------------------------

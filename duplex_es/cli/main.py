@@ -85,6 +85,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         idle_ttl_ms=args.idle_ttl_ms,
         disconnect_grace_ms=args.disconnect_grace_ms,
         reaper_interval_ms=args.reaper_interval_ms,
+        snapshot_every=args.snapshot_every,
     )
     uvicorn.run(
         app,
@@ -224,6 +225,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or a positive integer, got {text}")
+    return value
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -273,6 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--disconnect-grace-ms", type=_positive_int, default=30_000, help="expire detached sessions not resumed within this (ms, default 30 s)"
     )
     p.add_argument("--reaper-interval-ms", type=_positive_int, default=1000, help="how often leases are checked (ms)")
+    p.add_argument(
+        "--snapshot-every", type=_non_negative_int, default=1000, help="snapshot a session's state every N events (0: never; default 1000)"
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("worker", parents=[common], help="run a worker: claim ticks, run the engine, append outputs")

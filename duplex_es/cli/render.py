@@ -91,13 +91,13 @@ def replay_json(result: Replay) -> dict[str, Any]:
 def print_audit(console: Console, audits: Sequence[SessionAudit]) -> None:
     """Print audit results and every violation."""
     table = Table(title="audit")
-    for col in ("session", "events", "ticks", "committed", "applied", "discarded", "pending", "responses", "result"):
+    for col in ("session", "events", "ticks", "committed", "applied", "discarded", "pending", "responses", "snapshots", "result"):
         table.add_column(col, justify="right" if col not in ("session", "result") else "left")
     for a in audits:
         result = "[green]ok[/]" if a.ok else f"[red]{len(a.violations)} violation(s)[/]"
         table.add_row(
             a.session_id, str(a.events), str(a.ticks), str(a.committed_ticks), str(a.applied_events),
-            str(a.discarded_events), str(a.pending_events), str(a.responses), result,
+            str(a.discarded_events), str(a.pending_events), str(a.responses), str(a.snapshots), result,
         )
     console.print(table)
     for a in audits:
@@ -112,6 +112,8 @@ def audit_line(a: SessionAudit) -> str:
     verdict = "ok" if a.ok else f"FAILED ({len(a.violations)} violations)"
     what = "interactions" if a.kind == "world" else "model-feeding events"
     tail = "" if a.kind == "world" else f"; {a.responses} response(s)"
+    if a.snapshots:
+        tail += f"; {a.snapshots} snapshot(s) equal the replay"
     return (
         f"audit: {verdict} — {a.events} events, hash chain and seqs intact; {a.ticks} ticks "
         f"({a.committed_ticks} committed); {a.applied_events} {what} applied exactly once, "

@@ -11,7 +11,7 @@ from duplex_es.domain.commands import *  # noqa: F401,F403
 from duplex_es.domain.commands import __all__ as _commands_all
 from duplex_es.domain.decide import decide
 from duplex_es.domain.errors import Code
-from duplex_es.domain.evolve import evolve, fold
+from duplex_es.domain.evolve import REDUCER_VERSION, evolve, fold
 from duplex_es.domain.limits import (
     MAX_BUFFER_MS,
     MAX_INPUT_TEXT_CHARS,
@@ -33,6 +33,7 @@ __all__ = [
     "MAX_INSTRUCTIONS_CHARS",
     "MAX_OUT_OF_BAND_RESPONSES",
     "MIN_COMMIT_MS",
+    "REDUCER_VERSION",
     "VOICES",
     "Code",
     "InputBuffer",

@@ -19,7 +19,12 @@ from duplex_es.domain.rules import evolver
 from duplex_es.domain.state import SessionState
 from duplex_es.events import Event, WorldStarted
 
-__all__ = ["evolve", "fold"]
+__all__ = ["evolve", "fold", "REDUCER_VERSION"]
+
+#: The version of the fold. Bump it whenever a change to the evolvers or the state classes would
+#: fold some existing log to a different state: snapshots taken by another version are then
+#: ignored and rebuilt from the log (issue 5, snapshots).
+REDUCER_VERSION = 1
 
 
 def evolve(state: SessionState | WorldState, seq: int, event: Event) -> SessionState | WorldState:

@@ -24,12 +24,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from duplex_es.domain import CloseSession, Code, Invalid, fold
+from duplex_es.domain import CloseSession, Code, Invalid
 from duplex_es.domain.world import StartWorld, WorldState
 from duplex_es.events import to_plain
 from duplex_es.protocol import CommandError, ResumeRequest, encode_wire, parse_frame, resume_from_query, wire_to_beta
 from duplex_es.protocol.world import parse_world_frame
 from duplex_es.server.host import SessionHost, new_id, now_ms
+from duplex_es.snapshots import load_state
 from duplex_es.server.sessions import DEFAULT_MODEL, DuplexSessions, ResumeRefused
 from duplex_es.store import Database
 
@@ -46,6 +47,7 @@ def create_app(
     idle_ttl_ms: int = 300_000,
     disconnect_grace_ms: int = 30_000,
     reaper_interval_ms: int = 1000,
+    snapshot_every: int = 1000,
 ) -> Starlette:
     """Build the server for one database.
 
@@ -54,6 +56,7 @@ def create_app(
         api_key: if set, clients must send ``Authorization: Bearer <api_key>``.
         poll_ms: how often the log follower polls for worker outputs while idle.
         idle_ttl_ms, disconnect_grace_ms, reaper_interval_ms: session leases (DESIGN §4).
+        snapshot_every: snapshot each session's state every this many events (0: never).
     """
     sessions = DuplexSessions(
         db,
@@ -61,6 +64,7 @@ def create_app(
         disconnect_grace_ms=disconnect_grace_ms,
         reaper_interval_ms=reaper_interval_ms,
         poll_ms=poll_ms,
+        snapshot_every=snapshot_every,
     )
 
     @contextlib.asynccontextmanager
@@ -209,10 +213,10 @@ def create_app(
         if host is not None:
             state, live = host.state, True
         else:
-            records = await asyncio.to_thread(sessions.log.read_session, session_id)
-            if not records:
+            loaded = await asyncio.to_thread(load_state, sessions.log, sessions.snapshots, session_id, resnapshot=False)
+            if loaded.state.seq == 0:
                 return JSONResponse({"error": {"code": "session_not_found", "message": f"no session {session_id}"}}, status_code=404)
-            state, live = fold((r.seq, r.event) for r in records), False
+            state, live = loaded.state, False
         return JSONResponse({"session_id": session_id, "live": live, "seq": state.seq, "state": to_plain(state)})
 
     async def healthz(request: Request) -> Response:

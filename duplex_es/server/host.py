@@ -42,7 +42,8 @@ from duplex_es.events import (
     segments_audio,
 )
 from duplex_es.protocol import project, server_event_seq, split_server_event_seq
-from duplex_es.store import EventLog, Recorded, WrongExpectedSeq
+from duplex_es.snapshots import load_state, save_snapshot
+from duplex_es.store import EventLog, Recorded, SnapshotStore, WrongExpectedSeq
 
 __all__ = ["SessionHost", "new_id", "now_ms"]
 
@@ -85,11 +86,18 @@ class SessionHost:
     Args:
         log: the event log.
         session_id: the session.
+        snapshots: where to store snapshots of the state (``None``: none are taken).
+        snapshot_every: take one each time the state moved this many events past the last
+            (0: never).
     """
 
-    def __init__(self, log: EventLog, session_id: str) -> None:
+    def __init__(self, log: EventLog, session_id: str, *, snapshots: Optional[SnapshotStore] = None, snapshot_every: int = 0) -> None:
         self.log = log
         self.session_id = session_id
+        self.snapshots = snapshots
+        self.snapshot_every = snapshot_every
+        self.snapshot_seq = 0  # the newest snapshot taken (or loaded from)
+        self._snapshot_task: Optional[asyncio.Task] = None
         self.state = SessionState()
         self._lock = asyncio.Lock()
         self._queue: Optional[asyncio.Queue] = None
@@ -162,12 +170,14 @@ class SessionHost:
 
     async def _replay(self, resumed_seq: int, last: Optional[int]) -> list[dict[str, Any]]:
         """The wire events a resuming client gets before the live stream (see :meth:`take_over`)."""
-        records = await asyncio.to_thread(self.log.read_session, self.session_id)
-        state: SessionState | WorldState = SessionState()
         missed: list[dict[str, Any]] = []
         resumed: list[dict[str, Any]] = []
         resync = "ahead_of_log" if last is not None and split_server_event_seq(last)[0] >= resumed_seq else None
         first = split_server_event_seq(last)[0] if last is not None and resync is None else resumed_seq
+        # Projecting event ``first`` needs the state before it: start from a snapshot.
+        base = await asyncio.to_thread(load_state, self.log, self.snapshots, self.session_id, up_to_seq=max(0, first - 1), resnapshot=False)
+        state = base.state
+        records = await asyncio.to_thread(self.log.read_session, self.session_id, after_seq=state.seq, up_to_seq=self.state.seq)
         for r in records:
             if r.seq > self.state.seq:
                 break  # later events reach the new listener live
@@ -343,3 +353,22 @@ class SessionHost:
                 if self._queue is not None:
                     self._queue.put_nowait(_END)
                     self._queue = None
+        self._maybe_snapshot()
+
+    def _maybe_snapshot(self) -> None:
+        """Snapshot the state in the background once it is ``snapshot_every`` events past the
+        last snapshot (one save at a time; a failed save only costs a longer load later)."""
+        if not self.snapshot_every or self.snapshots is None or self.state.seq - self.snapshot_seq < self.snapshot_every:
+            return
+        if self._snapshot_task is not None and not self._snapshot_task.done():
+            return
+        state, store = self.state, self.snapshots
+        self.snapshot_seq = state.seq
+
+        async def save() -> None:
+            try:
+                await asyncio.to_thread(save_snapshot, store, state)
+            except Exception:
+                log.exception("session %s: snapshot at seq %d failed", self.session_id, state.seq)
+
+        self._snapshot_task = asyncio.get_running_loop().create_task(save())

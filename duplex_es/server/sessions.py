@@ -16,12 +16,13 @@ from typing import Optional
 
 import attrs
 
-from duplex_es.domain import Code, Detach, Expire, OpenSession, Resume, fold
+from duplex_es.domain import Code, Detach, Expire, OpenSession, Resume
 from duplex_es.domain.world import StartWorld, WorldState
 from duplex_es.events import CommandRejected, SessionClosed, SessionExpired, WorldClosed
 from duplex_es.server.follower import LogFollower
 from duplex_es.server.host import SessionHost, new_id, now_ms
-from duplex_es.store import Database, EventLog
+from duplex_es.snapshots import load_state
+from duplex_es.store import Database, EventLog, SnapshotStore
 
 __all__ = ["DuplexSessions", "ResumeRefused", "DEFAULT_MODEL", "new_resume_token", "token_digest"]
 
@@ -67,6 +68,8 @@ class DuplexSessions:
         disconnect_grace_ms: a detached session not resumed within this expires (30 s).
         reaper_interval_ms: how often leases are checked.
         poll_ms: how often the log follower polls for worker outputs while idle.
+        snapshot_every: snapshot a session's state every this many events (0: never); loads
+            then fold only the events after the newest snapshot.
     """
 
     def __init__(
@@ -77,8 +80,11 @@ class DuplexSessions:
         disconnect_grace_ms: int = 30_000,
         reaper_interval_ms: int = 1000,
         poll_ms: int = 5,
+        snapshot_every: int = 1000,
     ) -> None:
         self.log = EventLog(db)
+        self.snapshots = SnapshotStore(db)
+        self.snapshot_every = snapshot_every
         self.idle_ttl_ms = idle_ttl_ms
         self.disconnect_grace_ms = disconnect_grace_ms
         self.reaper_interval_ms = reaper_interval_ms
@@ -107,7 +113,7 @@ class DuplexSessions:
     async def open_session(self, model: str = DEFAULT_MODEL) -> SessionHost:
         """Create a session and return its handle, with a listener attached. Its first event,
         ``session.created``, carries the ``resume_token`` a client needs to resume it."""
-        host = SessionHost(self.log, new_id("sess"))
+        host = self._host(new_id("sess"))
         host.attach()
         self.hosts[host.session_id] = host
         token = new_resume_token()
@@ -118,7 +124,7 @@ class DuplexSessions:
     async def open_world(self, start: StartWorld) -> SessionHost:
         """Create a world session from its ``session.start`` and return its handle; its
         ``session.started`` carries the ``resume_token``."""
-        host = SessionHost(self.log, start.session_id)
+        host = self._host(start.session_id)
         host.attach()
         self.hosts[host.session_id] = host
         token = new_resume_token()
@@ -151,6 +157,9 @@ class DuplexSessions:
             log.info("recovered %d open sessions from the log", len(recovered))
         return recovered
 
+    def _host(self, session_id: str) -> SessionHost:
+        return SessionHost(self.log, session_id, snapshots=self.snapshots, snapshot_every=self.snapshot_every)
+
     def get(self, session_id: str) -> Optional[SessionHost]:
         """The handle of a session this process hosts, if any."""
         return self.hosts.get(session_id)
@@ -162,12 +171,14 @@ class DuplexSessions:
             host = self.hosts.get(session_id)
             if host is not None:
                 return host
-            records = await asyncio.to_thread(self.log.read_session, session_id)
-            if not records:
+            loaded = await asyncio.to_thread(load_state, self.log, self.snapshots, session_id)
+            if loaded.state.seq == 0:
                 return None
-            host = SessionHost(self.log, session_id)
-            host.state = fold((r.seq, r.event) for r in records)
-            host.last_activity_ms = records[-1].recorded_at_us // 1000  # the idle TTL runs on from the log
+            host = self._host(session_id)
+            host.state, host.snapshot_seq = loaded.state, loaded.snapshot_seq
+            last = loaded.records[-1] if loaded.records else None
+            if last is not None:  # the idle TTL runs on from the log
+                host.last_activity_ms = last.recorded_at_us // 1000
             if host.state.open:
                 self.hosts[session_id] = host
             return host

@@ -14,6 +14,7 @@ from duplex_es.store.log import (
     WrongExpectedSeq,
 )
 from duplex_es.store.migrate import upgrade
+from duplex_es.store.snapshots import SnapshotStore, StoredSnapshot
 from duplex_es.store.ticks import Claim, ClaimLost, CommitResult, TickQueue
 
 __all__ = [
@@ -27,7 +28,9 @@ __all__ = [
     "EventLog",
     "RawRecord",
     "Recorded",
+    "SnapshotStore",
     "StoredEventError",
+    "StoredSnapshot",
     "TickQueue",
     "WrongExpectedSeq",
     "default_url",

@@ -61,3 +61,17 @@ ticks = sa.Table(
     sa.Column("attempts", sa.Integer(), nullable=False, server_default="0"),
     sa.Index("ix_ticks_status_position", "status", "position"),
 )
+
+#: Folded session states, a cache of the log (never its truth): ``data`` is the state's
+#: canonical JSON as of ``seq`` under reducer ``reducer_version``, ``digest`` its SHA-256, so a
+#: corrupted row is detected and ignored. Rows may be deleted (the newest few are kept).
+snapshots = sa.Table(
+    "snapshots",
+    metadata,
+    sa.Column("session_id", sa.String(128), primary_key=True),
+    sa.Column("seq", sa.BigInteger(), primary_key=True),
+    sa.Column("reducer_version", sa.Integer(), primary_key=True),
+    sa.Column("data", sa.Text(), nullable=False),
+    sa.Column("digest", sa.String(64), nullable=False),
+    sa.Column("created_at_us", sa.BigInteger(), nullable=False),
+)
