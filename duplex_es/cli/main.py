@@ -202,6 +202,20 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0 if all(a.ok for a in audits) else 1
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from duplex_es.export import write_jsonl
+
+    log = EventLog(_read_db(args))
+    session_id = _resolve_session(log, args.session_id) if args.session_id else None
+    if args.out in (None, "-"):
+        write_jsonl(log, sys.stdout, session_id)
+        return 0
+    with open(args.out, "w", encoding="utf-8") as out:
+        n = write_jsonl(log, out, session_id)
+    console.print(f"wrote {n} events to {args.out}", highlight=False)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from duplex_es.cli.demo import run_demo
 
@@ -321,6 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("session_id", nargs="?", default=None, help="one session (default: all)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_audit)
+
+    p = sub.add_parser("export", parents=[common], help="write events as JSON Lines, each in its current schema version")
+    p.add_argument("session_id", nargs="?", default=None, help="one session (default: the whole log, in position order)")
+    p.add_argument("--out", default=None, metavar="FILE", help="write to FILE (default: standard output)")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("demo", parents=[common], help="speak the fixture question through serve + worker and show replay and audit")
     p.add_argument("--audio", default=None, help="a mono PCM16 WAV to send (default: the shared weather question)")
