@@ -77,7 +77,7 @@ def test_concurrent_appends_to_one_session_never_claim_a_seq_they_did_not_write(
 
     def writer(i: int) -> None:
         nonlocal conflicts
-        for attempt in range(200):
+        for attempt in range(2000):
             head = log.head("s")
             try:
                 r = log.append("s", [text(i)], expected_seq=head)
@@ -89,17 +89,17 @@ def test_concurrent_appends_to_one_session_never_claim_a_seq_they_did_not_write(
                 wins.append(r.records[0].seq)
             return
 
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(12)]
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(50)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     stored = log.read_session("s")
-    assert len(wins) == 12 and sorted(wins) == list(range(2, 14))
-    assert [r.seq for r in stored] == list(range(1, 14))
+    assert len(wins) == 50 and sorted(wins) == list(range(2, 52))
+    assert [r.seq for r in stored] == list(range(1, 52))
     # Each writer's reported seq holds its own event.
     by_seq = {r.seq: r.event for r in stored}
-    assert sorted(by_seq[s].text for s in wins) == sorted(f"t{i}" for i in range(12))
+    assert sorted(by_seq[s].text for s in wins) == sorted(f"t{i}" for i in range(50))
 
 
 def test_two_writers_racing_on_a_new_session_one_wins(log: EventLog):
