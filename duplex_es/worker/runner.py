@@ -28,6 +28,7 @@ from duplex_es.events import (
 )
 from duplex_es.store import Claim, ClaimLost, EventLog, TickQueue
 from duplex_es.worker.engine import Engine, EngineError, EngineOutput, TickContext
+from duplex_es.worker.faults import crash_point
 from duplex_es.worker.world.engine import WorldContext, WorldOutput
 
 __all__ = ["Worker", "output_events", "world_output_events"]
@@ -158,6 +159,7 @@ class Worker:
         log.info(
             "claimed %s %s (session %s, chunk %d, attempt %d)", claim.kind, claim.request_id, claim.session_id, claim.tick.chunk_index, claim.attempts
         )
+        crash_point("after_claim")
         holder = {"claim": claim}
         beat_stop = threading.Event()
         beat = threading.Thread(target=self._heartbeat, args=(holder, beat_stop), daemon=True)
@@ -169,11 +171,13 @@ class Worker:
         finally:
             beat_stop.set()
             beat.join()
+        crash_point("after_step")  # the effect happened; the commit has not
         try:
             result = self.queue.commit(holder["claim"], events)
         except ClaimLost as lost:
             log.warning("not committing %s: %s", claim.request_id, lost.reason)
             return True
+        crash_point("after_commit")
         self.committed += 1
         log.info("%s %s", result.status, claim.request_id)
         return True
