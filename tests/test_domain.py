@@ -616,3 +616,16 @@ def test_a_detached_world_issues_no_ticks_and_realtime_pacing_skips_the_pause():
     assert next_tick_due_ms(h.state) is None and h.run(Pump(request_ids=("req_x",), now_ms=20_000)) == []
     h.run(Resume(expected_generation=0, at_ms=15_900, token_hash=_digest("w"), new_token_hash=_digest("w2")))
     assert next_tick_due_ms(h.state) == 16_000  # 5 s away: the schedule moved by 5 s, no burst
+
+
+def test_an_expiry_decided_from_a_detach_a_resume_already_ended_does_nothing():
+    from duplex_es.domain import Detach, Expire, Resume
+
+    h = Harness.open()
+    h.run(Detach(at_ms=1_000))
+    h.run(Resume(expected_generation=0, at_ms=2_000))
+    assert h.run(Expire(reason="disconnect_grace_expired", now_ms=40_000, since_ms=1_000)) == []
+    assert h.state.open
+    h.run(Detach(at_ms=3_000))
+    [expired] = h.run(Expire(reason="disconnect_grace_expired", now_ms=40_000, since_ms=3_000))
+    assert expired.TYPE == "session.expired" and not h.state.open

@@ -397,3 +397,78 @@ def test_a_server_killed_during_a_response_is_resumed_with_exactly_one_end_of_it
         detached = next(r.event for r in log.read_session(gone.session_id) if r.event.TYPE == "session.detached")
         assert expired.reason == "disconnect_grace_expired" and expired.since_ms == detached.at_ms
         log.db.dispose()
+
+
+# ---------------------------------------------------------------- races found by a break-it pass
+
+
+def test_a_replaced_connection_can_neither_write_nor_detach_the_session(sqlite_url: str):
+    """The connection a resume replaced may still have a command or its own disconnect in
+    flight; both are dropped, under the same lock the takeover holds."""
+    from duplex_es.domain import AppendText
+    from duplex_es.server.sessions import DuplexSessions
+
+    db = Database(sqlite_url)
+    from duplex_es.store import upgrade
+
+    upgrade(db)
+
+    async def run() -> list[str]:
+        sessions = DuplexSessions(db)
+        host = await sessions.open_session()
+        old = host.listener
+        await sessions.resume_session(host.session_id)
+        assert host.listener != old
+        assert await host.submit(AppendText(text="late"), listener=old) is False
+        await host.detach(listener=old)
+        assert await host.submit(AppendText(text="mine"), listener=host.listener) is True
+        return [r.event.TYPE for r in EventLog(db).read_session(host.session_id)]
+
+    types = asyncio.run(run())
+    assert types == ["session.opened", "session.resumed", "input.text.appended"]
+    db.dispose()
+
+
+def test_racing_resumes_hand_the_winner_its_new_token(stack):
+    """Two resumes of one session at once (one with a wrong token): the winner's
+    session.resumed still carries its rotated token, which then resumes again."""
+    port, log, _ = stack
+    a = WsClient(port)
+    a.drop()
+    wait_for(log, a.session_id, "session.detached")
+    outcome: dict[str, Any] = {}
+
+    def go(name: str, token: str) -> None:
+        c = WsClient(port, first={"type": "session.resume", "session_id": a.session_id, "resume_token": token}, wait=False)
+        ev = c.first_of("session.resumed", "error")
+        outcome[name] = (ev, c)
+
+    threads = [threading.Thread(target=go, args=("good", a.token)), threading.Thread(target=go, args=("bad", "y" * 43))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    won, c = outcome["good"]
+    assert won["type"] == "session.resumed" and won.get("resume_token")
+    assert outcome["bad"][0]["error"]["code"] == Code.RESUME_TOKEN_INVALID
+    c.drop()
+    wait_for(log, a.session_id, "session.detached")
+    again = WsClient(port, first={"type": "session.resume", "session_id": a.session_id, "resume_token": won["resume_token"]})
+    assert again.session_id == a.session_id
+    again.close()
+    outcome["bad"][1].close()
+
+
+def test_resuming_the_connections_own_session_is_refused_and_a_corrected_retry_works(stack):
+    port, log, _ = stack
+    a = WsClient(port)
+    a.drop()
+    c = WsClient(port)
+    c.send({"type": "session.resume", "session_id": c.session_id, "resume_token": c.token})
+    assert c.error()["code"] == Code.RESUME_CONFLICT
+    c.send({"type": "session.resume", "session_id": a.session_id, "resume_token": a.token, "last_server_event_seq": "x"})
+    assert c.error()["param"] == "last_server_event_seq"
+    c.send(resume_msg(a, a.last_seq()))
+    c.recv("session.resumed")
+    assert c.session_id == a.session_id
+    c.close()

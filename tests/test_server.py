@@ -201,3 +201,23 @@ def test_a_dropped_connection_cancels_its_response_and_expires_after_the_grace(s
 
     report = audit_session(log, c.session_id)
     assert report.ok, report.violations
+
+
+def test_an_api_key_guards_the_websockets_and_the_session_state(tmp_path: Path):
+    import urllib.error
+    import urllib.request
+
+    url = f"sqlite:///{tmp_path / 'keyed.db'}"
+    with running(url, tmp_path, workers=0, server_args=["--api-key", "sekrit"]) as (port, _, _):
+        with pytest.raises(Exception):
+            connect(f"ws://127.0.0.1:{port}/v1/realtime").recv(timeout=5)  # closed with 1008
+        ws = connect(f"ws://127.0.0.1:{port}/v1/realtime", additional_headers={"Authorization": "Bearer sekrit"})
+        session_id = json.loads(ws.recv(timeout=10))["session"]["id"]
+        state_url = f"http://127.0.0.1:{port}/v1/sessions/{session_id}"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(state_url, timeout=10)
+        assert refused.value.code == 401
+        request = urllib.request.Request(state_url, headers={"Authorization": "Bearer sekrit"})
+        with urllib.request.urlopen(request, timeout=10) as r:
+            assert json.loads(r.read())["session_id"] == session_id
+        ws.close()

@@ -363,6 +363,25 @@ def test_a_dropped_world_pauses_and_its_resume_re_sends_each_missed_chunk_once(w
     check(log, c.session_id)
 
 
+def test_a_world_resumes_from_the_url_too(world):
+    port, log = world
+    c = WorldClient(port, max_chunks=2)
+    c.chunk(chunk_index=0)
+    last, token = c.last_seq(), c.token
+    c.ws.close()
+    _wait_for(log, c.session_id, "session.detached")
+    ws = connect(f"ws://127.0.0.1:{port}/v1/world?resume_session={c.session_id}&resume_token={token}&last_server_event_seq={last}")
+    seen = []
+    while not seen or seen[-1]["type"] != "session.resumed":
+        seen.append(json.loads(ws.recv(timeout=30)))
+    assert seen[-1]["session_id"] == c.session_id and seen[-1]["resume_token"] != token
+    ws.send(json.dumps({"type": "session.close"}))
+    while json.loads(ws.recv(timeout=30))["type"] != "session.closed":
+        pass
+    ws.close()
+    check(log, c.session_id)
+
+
 def test_world_resume_refusals(world):
     port, log = world
     c = WorldClient(port)

@@ -14,13 +14,13 @@ from typing import Any
 
 import attrs
 
-from duplex_es.domain.commands import Resume
+from duplex_es.domain.commands import Expire, Resume
 from duplex_es.domain.errors import Code
 from duplex_es.domain.rules import evolver, reject
 from duplex_es.domain.state import Lease
 from duplex_es.events import Event, SessionDetached, SessionResumed
 
-__all__ = ["resume_events", "with_token"]
+__all__ = ["resume_events", "with_token", "grace_still_running_out"]
 
 #: A SessionState or a WorldState: both carry ``lease`` (typed loosely to keep this module
 #: below both state modules).
@@ -62,6 +62,12 @@ def resume_events(cmd: Resume, state: HasLease) -> list[Event]:
             last_server_event_seq=cmd.last_server_event_seq,
         )
     ]
+
+
+def grace_still_running_out(cmd: Expire, lease: Lease) -> bool:
+    """False when a disconnect-grace expiry was decided from a detach the lease no longer has
+    (a resume came first): such an expiry must do nothing."""
+    return cmd.reason != "disconnect_grace_expired" or lease.detached_at_ms == cmd.since_ms
 
 
 def with_token(state: HasLease, token_hash: str | None) -> HasLease:

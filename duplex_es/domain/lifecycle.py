@@ -16,7 +16,7 @@ from duplex_es.audio import is_supported
 from duplex_es.domain.commands import UNSET, CloseSession, Detach, Expire, Heartbeat, Resume, TurnSignal, UpdateSession
 from duplex_es.domain.errors import Code
 from duplex_es.domain.input import end_speech
-from duplex_es.domain.lease import resume_events, with_token
+from duplex_es.domain.lease import grace_still_running_out, resume_events, with_token
 from duplex_es.domain.limits import MAX_INSTRUCTIONS_CHARS, VOICES
 from duplex_es.domain.responses import cancel_events
 from duplex_es.domain.rules import decider, evolver, reject
@@ -179,6 +179,8 @@ def _(cmd: Resume, state: SessionState) -> list[Event]:
 
 @decider.register
 def _(cmd: Expire, state: SessionState) -> list[Event]:
+    if not grace_still_running_out(cmd, state.lease):
+        return []
     return _ending(state, "session_expired", "session_expired") + [
         SessionExpired(reason=cmd.reason, decided_at_ms=cmd.now_ms, since_ms=cmd.since_ms)
     ]

@@ -21,7 +21,7 @@ import attrs
 
 from duplex_es.domain.commands import Detach, Expire, Pump, Resume
 from duplex_es.domain.errors import Code
-from duplex_es.domain.lease import resume_events, with_token
+from duplex_es.domain.lease import grace_still_running_out, resume_events, with_token
 from duplex_es.domain.rules import evolver
 from duplex_es.domain.state import Lease
 from duplex_es.events import (
@@ -324,6 +324,8 @@ def _close(state: WorldState, reason: str, event_id: Optional[str]) -> list[Even
 
 @world_decider.register
 def _(cmd: Expire, state: WorldState) -> list[Event]:
+    if not grace_still_running_out(cmd, state.lease):
+        return []
     return _close(state, cmd.reason, None)
 
 

@@ -127,6 +127,9 @@ def create_app(
                     frame = message.get("bytes") or b""
                 command = parse_frame(frame, new_id, dialect=dialect)
                 if isinstance(command, ResumeRequest):
+                    if unused and command.session_id == host.session_id:
+                        host.tell(_error(Code.RESUME_CONFLICT, "this connection already holds this session", "session_id", command.event_id))
+                        continue
                     if unused:
                         resumed, refusal = await resume(command, "speech")
                         if resumed is None:
@@ -140,8 +143,11 @@ def create_app(
                         unused = False
                         continue
                     command = _resume_not_first(command)
-                unused = False
-                await host.submit(command)
+                # A malformed session.resume is refused like any bad input, and a corrected one
+                # may follow.
+                unused = unused and getattr(command, "command_type", None) == "session.resume"
+                if not await host.submit(command, listener=me):
+                    break  # replaced: the command came after another client took the session
             # Replaced by a resume elsewhere: this connection no longer speaks for the session.
             clean = host.ended.is_set() or host.listener != me
         except WebSocketDisconnect:
@@ -153,7 +159,7 @@ def create_app(
             with contextlib.suppress(Exception):
                 await ws.close(code=1011, reason="internal error; the session is safe in the log")
         finally:
-            await _finish(ws, host, writer, clean)
+            await _finish(ws, host, writer, clean, me)
             log.info("session %s: connection ended", host.session_id)
 
     async def world(ws: WebSocket) -> None:
@@ -166,6 +172,19 @@ def create_app(
         writer: asyncio.Task | None = None
         me = 0
         clean = False
+        try:
+            by_url = resume_from_query(ws.query_params)
+        except CommandError as err:
+            by_url = None
+            await ws.send_text(encode_wire(_error(err.code, err.message, err.param, None)))
+        if by_url is not None:
+            host, refusal = await resume(by_url, "world")
+            if host is None:
+                await ws.send_text(encode_wire(refusal))  # type: ignore[arg-type]
+            else:
+                me = host.listener
+                assert isinstance(host.state, WorldState) and host.state.config is not None
+                writer = asyncio.create_task(_write(ws, host, me, _world_frames(host.state.config.binary)))
         try:
             while host is None or (not host.ended.is_set() and host.listener == me):
                 message = await ws.receive()
@@ -194,7 +213,8 @@ def create_app(
                     continue
                 if isinstance(command, ResumeRequest):
                     command = _resume_not_first(command)
-                await host.submit(command)
+                if not await host.submit(command, listener=me):
+                    break
             clean = host is not None and (host.ended.is_set() or host.listener != me)
         except WebSocketDisconnect:
             pass
@@ -204,10 +224,12 @@ def create_app(
                 await ws.close(code=1011, reason="internal error; the session is safe in the log")
         finally:
             if host is not None and writer is not None:
-                await _finish(ws, host, writer, clean)
+                await _finish(ws, host, writer, clean, me)
             log.info("world session %s: connection ended", host.session_id if host is not None else session_id)
 
     async def session_state(request: Request) -> Response:
+        if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
+            return JSONResponse({"error": {"code": "invalid_api_key", "message": "send Authorization: Bearer <key>"}}, status_code=401)
         session_id = request.path_params["session_id"]
         host = sessions.get(session_id)
         if host is not None:
@@ -217,6 +239,7 @@ def create_app(
             if loaded.state.seq == 0:
                 return JSONResponse({"error": {"code": "session_not_found", "message": f"no session {session_id}"}}, status_code=404)
             state, live = loaded.state, False
+        # The lease shows resume-token digests: a digest of a 256-bit random token gives nothing away.
         return JSONResponse({"session_id": session_id, "live": live, "seq": state.seq, "state": to_plain(state)})
 
     async def healthz(request: Request) -> Response:
@@ -311,14 +334,15 @@ async def _write(ws: WebSocket, host: SessionHost, me: int, frames: Frames) -> N
         log.info("session %s: client gone while sending (%s)", host.session_id, exc)
 
 
-async def _finish(ws: WebSocket, host: SessionHost, writer: asyncio.Task, clean: bool) -> None:
+async def _finish(ws: WebSocket, host: SessionHost, writer: asyncio.Task, clean: bool, me: int) -> None:
     """End a connection: after a close, expiry or takeover, let the writer send what is queued
-    and close; otherwise the client vanished, so detach the session (it waits for a resume)."""
-    if clean:
+    and close; otherwise the client vanished, so detach the session (it waits for a resume) —
+    unless a resume took it over meanwhile (the detach is fenced by the listener)."""
+    if clean or host.listener != me:
         await writer
         with contextlib.suppress(Exception):
             await ws.close(code=1000)
     else:
         writer.cancel()
         with contextlib.suppress(Exception):
-            await host.detach()
+            await host.detach(listener=me)

@@ -41,7 +41,7 @@ from duplex_es.events import (
     WorldClosed,
     segments_audio,
 )
-from duplex_es.protocol import project, server_event_seq, split_server_event_seq
+from duplex_es.protocol import project, split_server_event_seq
 from duplex_es.snapshots import load_state, save_snapshot
 from duplex_es.store import EventLog, Recorded, SnapshotStore, WrongExpectedSeq
 
@@ -116,22 +116,52 @@ class SessionHost:
         token (a rotated one is void anyway)."""
         self._reveal = (token_hash, token)
 
-    async def submit(self, command: Command) -> None:
+    async def submit(self, command: Command, *, listener: Optional[int] = None) -> bool:
         """Decide, append and publish one command, then let the session advance.
+
+        Args:
+            command: the command.
+            listener: the listener number of the connection sending it; if another client
+                has taken the session over since (checked under the session's lock, so a
+                takeover cannot slip in between), nothing is done.
+
+        Returns:
+            ``False`` when ``listener`` was replaced and the command was dropped.
 
         Raises:
             sqlalchemy.exc.DBAPIError: the log could not be written (nothing was published).
         """
-        if not isinstance(command, (Pump, Detach, Expire)):
-            self.last_activity_ms = now_ms()
         key = getattr(command, "event_id", None)
         async with self._lock:
+            if listener is not None and listener != self.listener:
+                return False
+            if not isinstance(command, (Pump, Detach, Expire)):
+                self.last_activity_ms = now_ms()
             # A client's string event_id is an idempotency key; world interaction ids (ints) are
             # deduplicated by the domain itself (duplicate_event).
             await self._execute(command, key if isinstance(key, str) else None)
             await self._pump()
+            return True
 
-    async def take_over(self, command: Resume, last_server_event_seq: Optional[int]) -> Recorded:
+    async def expire_if_due(self, now: int, *, disconnect_grace_ms: int, idle_ttl_ms: int) -> Optional[str]:
+        """Expire the session if its lease ran out at ``now`` (Unix ms), deciding under the
+        session's lock so a resume or a command that just arrived is taken into account.
+        Returns the reason (``disconnect_grace_expired`` or ``idle_ttl_expired``), or ``None``."""
+        async with self._lock:
+            state = self.state
+            if not state.open:
+                return None
+            detached = state.lease.detached_at_ms
+            if detached is not None and now - detached >= disconnect_grace_ms:
+                command = Expire(reason="disconnect_grace_expired", now_ms=now, since_ms=detached)
+            elif now - self.last_activity_ms >= idle_ttl_ms:
+                command = Expire(reason="idle_ttl_expired", now_ms=now, since_ms=self.last_activity_ms)
+            else:
+                return None
+            await self._execute(command, None)
+            return command.reason
+
+    async def take_over(self, command: Resume, last_server_event_seq: Optional[int], token: Optional[str] = None) -> Recorded:
         """Resume the session for a new listener, atomically with its catch-up.
 
         Decides and appends ``command``; on success the previous listener gets
@@ -142,11 +172,16 @@ class SessionHost:
         then the ``session.resumed`` of this resume. ``None`` replays nothing. Nothing is
         missed or doubled between the replay and the live stream: both happen under the lock.
 
+        ``token`` is the plain resume token whose digest is ``command.new_token_hash``: the new
+        listener's ``session.resumed`` carries it.
+
         Returns:
             the logged ``session.resumed`` or ``command.rejected`` (then nothing else changed).
         """
         async with self._lock:
             await self._catch_up()
+            if token is not None and command.new_token_hash is not None:
+                self._reveal = (command.new_token_hash, token)
             old = self._queue
             records = await self._execute(command, None, quiet=True)  # its events go out in the replay
             outcome = next((r for r in records if isinstance(r.event, (SessionResumed, CommandRejected))), None)
@@ -198,7 +233,6 @@ class SessionHost:
                 "session_id": self.session_id,
                 "reason": resync,
                 "last_server_event_seq": last,
-                "head_server_event_seq": server_event_seq(resumed_seq - 1, 999) if resumed_seq > 1 else 0,
             }
             missed = [notice]
         return missed + resumed
@@ -231,12 +265,14 @@ class SessionHost:
         if self._queue is not None:
             self._queue.put_nowait(wire)
 
-    async def detach(self, reason: str = "connection_closed") -> None:
+    async def detach(self, reason: str = "connection_closed", *, listener: Optional[int] = None) -> None:
         """The listener is gone without ``session.close``: stop streaming, log ``session.detached``
         (a speech session cancels what was generating; a world session pauses); the session
-        waits for a resume or its expiry."""
-        self.release()
-        await self.submit(Detach(at_ms=now_ms(), reason=reason))
+        waits for a resume or its expiry. With ``listener``, nothing happens if that listener
+        was already replaced by a resume (the session is held by someone else)."""
+        if listener is None or listener == self.listener:
+            self.release()
+        await self.submit(Detach(at_ms=now_ms(), reason=reason), listener=listener)
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         """The server events for the current listener, until the session ends or a new

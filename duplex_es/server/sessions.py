@@ -16,7 +16,7 @@ from typing import Optional
 
 import attrs
 
-from duplex_es.domain import Code, Detach, Expire, OpenSession, Resume
+from duplex_es.domain import Code, Detach, OpenSession, Resume
 from duplex_es.domain.world import StartWorld, WorldState
 from duplex_es.events import CommandRejected, SessionClosed, SessionExpired, WorldClosed
 from duplex_es.server.follower import LogFollower
@@ -225,7 +225,6 @@ class DuplexSessions:
         if not host.state.open:
             raise ResumeRefused(Code.SESSION_CLOSED, f"session {session_id} is {host.state.status}", "session_id")
         token = new_resume_token()
-        host.reveal_token(token_digest(token), token)
         command = Resume(
             event_id=event_id,
             expected_generation=host.state.lease.generation if expected_generation is None else expected_generation,
@@ -234,14 +233,15 @@ class DuplexSessions:
             new_token_hash=token_digest(token),
             last_server_event_seq=last_server_event_seq,
         )
-        outcome = await host.take_over(command, last_server_event_seq)
+        outcome = await host.take_over(command, last_server_event_seq, token)
         if isinstance(outcome.event, CommandRejected):
             raise ResumeRefused(outcome.event.code, outcome.event.message, outcome.event.param)
         self.hosts[session_id] = host
         return host
 
     async def reap(self, now: Optional[int] = None) -> list[str]:
-        """Expire every hosted session whose lease ran out at ``now`` (Unix ms); returns their ids."""
+        """Expire every hosted session whose lease ran out at ``now`` (Unix ms); returns their ids.
+        Each host decides under its own lock, so a session resumed a moment ago is not expired."""
         now = now_ms() if now is None else now
         expired = []
         for host in list(self.hosts.values()):
@@ -251,19 +251,14 @@ class DuplexSessions:
                 continue
             if not state.open:
                 continue  # still opening: its first event is being written
-            detached = state.lease.detached_at_ms
-            if detached is not None and now - detached >= self.disconnect_grace_ms:
-                command = Expire(reason="disconnect_grace_expired", now_ms=now, since_ms=detached)
-            elif now - host.last_activity_ms >= self.idle_ttl_ms:
-                command = Expire(reason="idle_ttl_expired", now_ms=now, since_ms=host.last_activity_ms)
-            else:
-                continue
             try:
-                await host.submit(command)
+                reason = await host.expire_if_due(now, disconnect_grace_ms=self.disconnect_grace_ms, idle_ttl_ms=self.idle_ttl_ms)
             except Exception:
                 log.exception("session %s: expiry failed", host.session_id)
                 continue
-            log.info("session %s expired (%s)", host.session_id, command.reason)
+            if reason is None:
+                continue
+            log.info("session %s expired (%s)", host.session_id, reason)
             expired.append(host.session_id)
             self.hosts.pop(host.session_id, None)
         return expired
