@@ -92,22 +92,28 @@ def create_app(
         log.info("session %s resumed (lease generation %d)", host.session_id, host.state.lease.generation)
         return host, None
 
+    async def resume_by_url(ws: WebSocket, kind: str) -> SessionHost | None:
+        """Resume the session the connection URL names (``resume_session`` & co), if any;
+        a malformed or refused one is answered with an ``error`` and gives ``None``."""
+        try:
+            request = resume_from_query(ws.query_params)
+        except CommandError as err:
+            await ws.send_text(encode_wire(_error(err.code, err.message, err.param, None)))
+            return None
+        if request is None:
+            return None
+        host, refusal = await resume(request, kind)
+        if refusal is not None:
+            await ws.send_text(encode_wire(refusal))
+        return host
+
     async def realtime(ws: WebSocket) -> None:
         if api_key is not None and ws.headers.get("authorization") != f"Bearer {api_key}":
             await ws.close(code=1008, reason="invalid API key")
             return
         dialect = "beta" if "realtime=v1" in ws.headers.get("openai-beta", "") else "ga"
         await ws.accept()
-        host: SessionHost | None = None
-        try:
-            by_url = resume_from_query(ws.query_params)
-        except CommandError as err:
-            by_url = None
-            await ws.send_text(encode_wire(_error(err.code, err.message, err.param, None)))
-        if by_url is not None:
-            host, refusal = await resume(by_url, "speech")
-            if refusal is not None:
-                await ws.send_text(encode_wire(refusal))  # ...and carry on with a new session
+        host = await resume_by_url(ws, "speech")  # refused or not asked: a new session follows
         # A session this connection opened and the client has not used yet: a session.resume
         # as the first message leaves it for the session named.
         unused = host is None
@@ -168,23 +174,14 @@ def create_app(
             return
         await ws.accept()
         session_id = new_id("world")
-        host: SessionHost | None = None
         writer: asyncio.Task | None = None
         me = 0
         clean = False
-        try:
-            by_url = resume_from_query(ws.query_params)
-        except CommandError as err:
-            by_url = None
-            await ws.send_text(encode_wire(_error(err.code, err.message, err.param, None)))
-        if by_url is not None:
-            host, refusal = await resume(by_url, "world")
-            if host is None:
-                await ws.send_text(encode_wire(refusal))  # type: ignore[arg-type]
-            else:
-                me = host.listener
-                assert isinstance(host.state, WorldState) and host.state.config is not None
-                writer = asyncio.create_task(_write(ws, host, me, _world_frames(host.state.config.binary)))
+        host = await resume_by_url(ws, "world")
+        if host is not None:
+            me = host.listener
+            assert isinstance(host.state, WorldState) and host.state.config is not None
+            writer = asyncio.create_task(_write(ws, host, me, _world_frames(host.state.config.binary)))
         try:
             while host is None or (not host.ended.is_set() and host.listener == me):
                 message = await ws.receive()
