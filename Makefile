@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 DB     ?=
 
-.PHONY: install demo test serve worker bench postgres clean
+.PHONY: install demo test serve worker bench chaos postgres clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,9 +35,16 @@ worker: install
 bench: install postgres
 	$(BIN)/duplex-es bench
 
+## chaos: scripted speech and world sessions while servers and workers are SIGKILLed and restarted;
+## checks that nothing acknowledged is lost or doubled (exit 1 on a violation). KILLS=12 SEED=1 DB=...
+KILLS ?= 12
+SEED  ?= 1
+chaos: install
+	$(BIN)/duplex-es chaos --kills $(KILLS) --seed $(SEED) $(if $(DB),--db $(DB))
+
 ## postgres: start the local PostgreSQL cluster if it is not running (the tests need it)
 postgres:
 	@scripts/ensure-postgres
 
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache .hypothesis *.egg-info
+	rm -rf $(VENV) demo-output chaos-output .pytest_cache .hypothesis *.egg-info

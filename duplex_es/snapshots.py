@@ -1,7 +1,7 @@
 """Loading a session's state fast: the newest usable snapshot plus the events after it.
 
 A snapshot is the folded state after some seq, under one reducer version
-(:data:`~duplex_es.domain.REDUCER_VERSION`), as canonical JSON with a digest. Loading takes the
+(:data:`~duplex_es.domain.REDUCER_VERSION`), as JSON with a digest. Loading takes the
 newest snapshot at or before the wanted seq whose version is this code's and whose digest still
 matches, and folds only the events after it; a snapshot of another version, a corrupt one, or
 one that does not decode is skipped with a warning, and when that forced a longer replay the
@@ -30,9 +30,13 @@ State = Union[SessionState, WorldState]
 
 
 def encode_state(state: State) -> str:
-    """The canonical JSON of a state (sorted keys, no whitespace), tagged with its kind."""
+    """The JSON of a state (no whitespace), tagged with its kind.
+
+    Keys keep their order: the reducer iterates some dicts (responses, ticks) in insertion order,
+    so a snapshot with sorted keys would load into a state that compares equal but later folds
+    differently. (``make chaos`` found exactly that.)"""
     kind = "world" if isinstance(state, WorldState) else "speech"
-    return json.dumps({"kind": kind, "state": converter.unstructure(state)}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps({"kind": kind, "state": converter.unstructure(state)}, separators=(",", ":"), ensure_ascii=False)
 
 
 def decode_state(data: str) -> State:

@@ -128,6 +128,10 @@ def random_session(rng: random.Random, n_events: int) -> list[tuple[int, Event]]
     session when ``rng`` says so. Used by property tests of whatever reads logs."""
     if rng.random() < 0.25:
         return _random_world(rng, n_events)
+
+    def nid(prefix: str) -> str:  # random ids: sorted order is not creation order
+        return f"{prefix}_{rng.getrandbits(64):016x}"
+
     h = Harness.open()
     while len(h.log) < n_events:
         before = h.state
@@ -170,7 +174,7 @@ def random_session(rng: random.Random, n_events: int) -> list[tuple[int, Event]]
         elif step == "heartbeat":
             h.run(Heartbeat())
         else:
-            h.pump()
+            h.run(Pump(request_ids=tuple(nid("req") for _ in range(4))))
     return h.log[:n_events]
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import attrs
 
+from duplex_es.worker.engine import EngineError, EngineOutput, TickContext
+from duplex_es.worker.speech.engine import CascadeSpeechEngine
 from duplex_es.worker.world.engine import WorldContext, WorldEngine, WorldOutput
 
 
@@ -19,3 +21,15 @@ class MismatchWorld(WorldEngine):
         if ctx.tick.chunk_index >= 2:
             return attrs.evolve(out, echo=attrs.evolve(out.echo, chunk_index=ctx.tick.chunk_index + 1))
         return out
+
+
+class FailingSpeech(CascadeSpeechEngine):
+    """Speaks the first chunk of every reply, then fails on the second (a model that crashes
+    mid-response): the response must end ``failed`` with the logged reason."""
+
+    name = "test.failing_speech/1"
+
+    def step(self, ctx: TickContext) -> EngineOutput:
+        if ctx.tick.chunk_index == 1:
+            raise EngineError("engine_failed", "the test model fell over on chunk 1")
+        return super().step(ctx)

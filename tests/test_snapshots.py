@@ -11,7 +11,7 @@ from pathlib import Path
 import attrs
 import pytest
 import sqlalchemy as sa
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from duplex_es import snapshots as snapshots_mod
@@ -58,6 +58,7 @@ def test_a_snapshot_at_100_plus_5_events_loads_by_applying_exactly_5(url: str):
 
 
 @settings(max_examples=25, deadline=None)
+@example(seed=24, n=3000, points=[1500])  # a dict-order bug make chaos found: sorted keys folded differently
 @given(
     seed=st.integers(0, 2**32 - 1),
     n=st.integers(1, 5000),

@@ -192,3 +192,34 @@ def test_a_worker_restarted_ten_times_over_a_log_with_gaps_moves_monotonically_t
             assert conn.execute(sa.select(sa.func.max(ticks_t2.c.attempts))).scalar_one() == 1
         c.close()
         db.dispose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_failing_tick_is_failed_with_an_event_and_nothing_later_hides_it(tmp_path: Path, backend: str):
+    """Case 11: the engine fails on a response's second tick. The failure is logged
+    (``tick.failed``), the response ends ``failed`` with its reason, no later tick of that
+    response is issued or committed, and the session goes on."""
+    from conftest import backend_url
+    from duplex_es.events import TickFailed
+    from wsclient import WsClient
+
+    tests = str(Path(__file__).resolve().parent)
+    args = ["--engine", "world", "--engine-plugin", "plugins:FailingSpeech", "--chunk-ms", "300"]
+    with backend_url(backend, tmp_path) as url, running(url, tmp_path, worker_args=args, worker_env={"PYTHONPATH": tests}) as (port, _, _):
+        db = Database(url)
+        c = WsClient(port)
+        c.say("tell me how the weather will be this afternoon in the hills")
+        done = c.respond()
+        assert done["status"] == "failed" and done["status_details"]["error"]["code"] == "engine_failed"
+        c.say("and tomorrow")
+        assert c.respond()["status"] == "failed"  # the session still takes turns
+        log = EventLog(db)
+        records = log.read_session(c.session_id)
+        failed = [r for r in records if isinstance(r.event, TickFailed)]
+        first = failed[0]
+        assert first.event.chunk_index == 1 and "fell over" in first.event.message
+        later = [r.event for r in records if isinstance(r.event, (TickIssued, TickOutput)) and r.event.response_id == first.event.response_id and r.event.chunk_index > 1]
+        assert later == []
+        assert audit_session(log, c.session_id).ok
+        c.close()
+        db.dispose()

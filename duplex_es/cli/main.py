@@ -222,6 +222,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(console, db_url=args.db, audio=args.audio, out_dir=args.out, port=args.port, chunk_ms=args.chunk_ms)
 
 
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from duplex_es.cli.chaos import run_chaos
+
+    report = run_chaos(
+        console,
+        db_url=args.db,
+        out_dir=args.out,
+        speech_sessions=args.speech,
+        world_sessions=args.world,
+        kills=args.kills,
+        seed=args.seed,
+        window_s=args.window_s,
+        turns=args.turns,
+    )
+    return 0 if report.ok else 1
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from duplex_es.cli.bench import run_bench
 
@@ -347,6 +364,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=_port, default=0, help="server port (default: a free one)")
     p.add_argument("--chunk-ms", type=_positive_int, default=500)
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("chaos", parents=[common], help="scripted sessions while servers and workers are SIGKILLed; check the log (exit 1 on a violation)")
+    p.add_argument("--speech", type=_non_negative_int, default=4, help="speech sessions (official openai SDK, fixture audio)")
+    p.add_argument("--world", type=_non_negative_int, default=2, help="world sessions")
+    p.add_argument("--kills", type=_non_negative_int, default=12, help="SIGKILLs of the server or a worker")
+    p.add_argument("--window-s", type=float, default=40.0, help="the kills fall at random instants within this many seconds")
+    p.add_argument("--turns", type=_positive_int, default=2, help="spoken questions per speech session")
+    p.add_argument("--seed", type=int, default=1, help="seed of the kill schedule")
+    p.add_argument("--out", default="chaos-output", help="folder for the database, process logs and chaos-results.json")
+    p.set_defaults(func=cmd_chaos)
 
     p = sub.add_parser("bench", parents=[common], help="measure the log and spoken turns on SQLite and PostgreSQL")
     p.add_argument(
