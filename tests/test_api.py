@@ -35,8 +35,8 @@ def test_command_from_realtime_raises_with_the_code_and_the_clients_event_id():
     assert isinstance(cmd, CancelResponse) and cmd.expected_epoch == 3
 
 
-def test_open_submit_stream_detach_resume_expire(sqlite_url: str):
-    db = Database(sqlite_url)
+def test_open_submit_stream_detach_resume_expire(db_url: str):
+    db = Database(db_url)
     upgrade(db)
 
     async def scenario() -> None:
@@ -103,8 +103,8 @@ def test_open_submit_stream_detach_resume_expire(sqlite_url: str):
     db.dispose()
 
 
-def test_idle_sessions_expire_after_their_ttl(sqlite_url: str):
-    db = Database(sqlite_url)
+def test_idle_sessions_expire_after_their_ttl(db_url: str):
+    db = Database(db_url)
     upgrade(db)
 
     async def scenario() -> list[str]:
@@ -120,13 +120,13 @@ def test_idle_sessions_expire_after_their_ttl(sqlite_url: str):
     db.dispose()
 
 
-def test_the_reaper_leaves_a_session_that_is_still_opening(sqlite_url: str):
+def test_the_reaper_leaves_a_session_that_is_still_opening(db_url: str):
     """Regression: a reaper pass between registering a new session and logging its first event
     dropped the host, so worker outputs for it were never picked up."""
     from duplex_es.server.host import SessionHost
     from duplex_es.store import EventLog
 
-    db = Database(sqlite_url)
+    db = Database(db_url)
     upgrade(db)
 
     async def scenario() -> None:

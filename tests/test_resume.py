@@ -402,13 +402,13 @@ def test_a_server_killed_during_a_response_is_resumed_with_exactly_one_end_of_it
 # ---------------------------------------------------------------- races found by a break-it pass
 
 
-def test_a_replaced_connection_can_neither_write_nor_detach_the_session(sqlite_url: str):
+def test_a_replaced_connection_can_neither_write_nor_detach_the_session(db_url: str):
     """The connection a resume replaced may still have a command or its own disconnect in
     flight; both are dropped, under the same lock the takeover holds."""
     from duplex_es.domain import AppendText
     from duplex_es.server.sessions import DuplexSessions
 
-    db = Database(sqlite_url)
+    db = Database(db_url)
     from duplex_es.store import upgrade
 
     upgrade(db)

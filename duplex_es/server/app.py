@@ -48,6 +48,9 @@ def create_app(
     disconnect_grace_ms: int = 30_000,
     reaper_interval_ms: int = 1000,
     snapshot_every: int = 1000,
+    server_id: str | None = None,
+    owner_ttl_ms: int = 10_000,
+    group_commit_window_ms: float = 0.0,
 ) -> Starlette:
     """Build the server for one database.
 
@@ -57,6 +60,9 @@ def create_app(
         poll_ms: how often the log follower polls for worker outputs while idle.
         idle_ttl_ms, disconnect_grace_ms, reaper_interval_ms: session leases (DESIGN §4).
         snapshot_every: snapshot each session's state every this many events (0: never).
+        server_id, owner_ttl_ms, group_commit_window_ms: session ownership among servers
+            sharing the database, and group commit (see
+            :class:`~duplex_es.server.sessions.DuplexSessions`).
     """
     sessions = DuplexSessions(
         db,
@@ -65,6 +71,9 @@ def create_app(
         reaper_interval_ms=reaper_interval_ms,
         poll_ms=poll_ms,
         snapshot_every=snapshot_every,
+        server_id=server_id,
+        owner_ttl_ms=owner_ttl_ms,
+        group_commit_window_ms=group_commit_window_ms,
     )
 
     @contextlib.asynccontextmanager

@@ -1,5 +1,8 @@
 """Learning of other processes' appends: the server tails the global log and wakes the hosts of
 sessions that have new events. Workers never talk to servers; the log is the only channel.
+
+On PostgreSQL an idle follower sleeps on ``LISTEN`` (woken at the commit of any append, then
+re-reading from its position); on SQLite it polls.
 """
 
 from __future__ import annotations
@@ -9,23 +12,29 @@ import logging
 from typing import Callable
 
 from duplex_es.server.host import SessionHost
-from duplex_es.store import EventLog
+from duplex_es.store import EVENTS_CHANNEL, EventLog, Wakeup
 
 __all__ = ["LogFollower"]
 
 log = logging.getLogger(__name__)
 
 
+#: How long an idle follower that listens for notifications (PostgreSQL) waits at most, in ms.
+PG_FALLBACK_POLL_MS = 100
+
+
 class LogFollower:
     """Polls the global log for new positions and calls ``catch_up`` on the affected hosts.
 
     Positions follow commit order, so remembering the last position seen never skips an event
-    (DESIGN I8). A host reads its own events by seq; the follower only says "look".
+    (DESIGN I8). A host reads its own events by seq; the follower only says "look", and only to
+    hosts that have not folded those events yet (most events are a host's own appends).
 
     Args:
         log: the event log.
         hosts: returns the hosts currently live in this process, by session id.
-        poll_ms: the polling interval while idle.
+        poll_ms: the polling interval while idle (on PostgreSQL the fallback interval after
+            a missed notification, at least :data:`PG_FALLBACK_POLL_MS`).
     """
 
     def __init__(self, log: EventLog, hosts: Callable[[], dict[str, SessionHost]], poll_ms: int = 5) -> None:
@@ -34,6 +43,7 @@ class LogFollower:
         self.poll_ms = poll_ms
         self.position = 0
         self._task: asyncio.Task | None = None
+        self._wakeup = Wakeup(log.db, EVENTS_CHANNEL)
 
     async def start(self) -> None:
         """Start following from the current end of the log."""
@@ -48,6 +58,7 @@ class LogFollower:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        self._wakeup.close()
 
     async def _run(self) -> None:
         while True:
@@ -64,10 +75,15 @@ class LogFollower:
             if rows:
                 self.position = rows[-1][0]
                 live = self.hosts()
-                for sid in dict.fromkeys(s for _, s in rows):
+                newest: dict[str, int] = {}
+                for _, sid, seq in rows:
+                    newest[sid] = seq
+                for sid, seq in newest.items():
                     host = live.get(sid)
-                    if host is not None:
+                    if host is not None and seq > host.state.seq:
                         asyncio.create_task(self._wake(host))
+            elif self._wakeup.listens:
+                await asyncio.to_thread(self._wakeup.wait, max(self.poll_ms, PG_FALLBACK_POLL_MS) / 1000)
             else:
                 await asyncio.sleep(self.poll_ms / 1000)
 

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import secrets
 import time
-from typing import Any, AsyncIterator, Iterable, Optional
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Optional
 
 from prometheus_client import Counter, Histogram
 
@@ -43,9 +43,9 @@ from duplex_es.events import (
 )
 from duplex_es.protocol import project, split_server_event_seq
 from duplex_es.snapshots import load_state, save_snapshot
-from duplex_es.store import EventLog, Recorded, SnapshotStore, WrongExpectedSeq
+from duplex_es.store import EventLog, Fence, GroupCommitWriter, OwnershipLost, Recorded, SnapshotStore, WrongExpectedSeq
 
-__all__ = ["SessionHost", "new_id", "now_ms"]
+__all__ = ["SessionHost", "SessionMoved", "new_id", "now_ms"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,16 @@ MAX_RETRIES = 50
 MAX_REPLAY_EVENTS = 20_000
 
 _END = object()
+
+
+class SessionMoved(Exception):
+    """The session is owned by another server now (a client resumed it there, or this
+    server's ownership lease ran out): this process may no longer append to it. Nothing of
+    the command was logged."""
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        self.session_id, self.reason = session_id, reason
+        super().__init__(f"session {session_id} moved to another server ({reason})")
 
 
 def new_id(prefix: str) -> str:
@@ -89,10 +99,29 @@ class SessionHost:
         snapshots: where to store snapshots of the state (``None``: none are taken).
         snapshot_every: take one each time the state moved this many events past the last
             (0: never).
+        writer: the process's group-commit writer (``None``: each append commits alone).
+        fence: this process's ownership of the session; every append carries it, so once the
+            session moved to another server nothing more is written here
+            (:class:`SessionMoved`). ``None``: ownership is not checked (a single process).
+        on_moved: called with the host once it learns the session moved.
     """
 
-    def __init__(self, log: EventLog, session_id: str, *, snapshots: Optional[SnapshotStore] = None, snapshot_every: int = 0) -> None:
+    def __init__(
+        self,
+        log: EventLog,
+        session_id: str,
+        *,
+        snapshots: Optional[SnapshotStore] = None,
+        snapshot_every: int = 0,
+        writer: Optional[GroupCommitWriter] = None,
+        fence: Optional[Fence] = None,
+        on_moved: Optional[Callable[["SessionHost"], None]] = None,
+    ) -> None:
         self.log = log
+        self.writer = writer
+        self.fence = fence
+        self.moved: Optional[str] = None  # why the session left this process, once it did
+        self._on_moved = on_moved
         self.session_id = session_id
         self.snapshots = snapshots
         self.snapshot_every = snapshot_every
@@ -126,21 +155,31 @@ class SessionHost:
                 takeover cannot slip in between), nothing is done.
 
         Returns:
-            ``False`` when ``listener`` was replaced and the command was dropped.
+            ``False`` when ``listener`` was replaced (by a resume here or on another server)
+            and the command was dropped.
 
         Raises:
+            SessionMoved: the session moved to another server (for callers without a
+                ``listener``; a listener's stream gets ``session.replaced`` and ends).
             sqlalchemy.exc.DBAPIError: the log could not be written (nothing was published).
         """
         key = getattr(command, "event_id", None)
         async with self._lock:
             if listener is not None and listener != self.listener:
                 return False
-            if not isinstance(command, (Pump, Detach, Expire)):
-                self.last_activity_ms = now_ms()
-            # A client's string event_id is an idempotency key; world interaction ids (ints) are
-            # deduplicated by the domain itself (duplicate_event).
-            await self._execute(command, key if isinstance(key, str) else None)
-            await self._pump()
+            try:
+                if self.moved is not None:
+                    raise SessionMoved(self.session_id, self.moved)
+                if not isinstance(command, (Pump, Detach, Expire)):
+                    self.last_activity_ms = now_ms()
+                # A client's string event_id is an idempotency key; world interaction ids (ints)
+                # are deduplicated by the domain itself (duplicate_event).
+                await self._execute(command, key if isinstance(key, str) else None)
+                await self._pump()
+            except SessionMoved:
+                if listener is not None:
+                    return False
+                raise
             return True
 
     async def expire_if_due(self, now: int, *, disconnect_grace_ms: int, idle_ttl_ms: int) -> Optional[str]:
@@ -149,7 +188,7 @@ class SessionHost:
         Returns the reason (``disconnect_grace_expired`` or ``idle_ttl_expired``), or ``None``."""
         async with self._lock:
             state = self.state
-            if not state.open:
+            if not state.open or self.moved is not None:
                 return None
             detached = state.lease.detached_at_ms
             if detached is not None and now - detached >= disconnect_grace_ms:
@@ -161,7 +200,13 @@ class SessionHost:
             await self._execute(command, None)
             return command.reason
 
-    async def take_over(self, command: Resume, last_server_event_seq: Optional[int], token: Optional[str] = None) -> Recorded:
+    async def take_over(
+        self,
+        command: Resume,
+        last_server_event_seq: Optional[int],
+        token: Optional[str] = None,
+        acquire: Optional[Callable[[], Awaitable[Fence]]] = None,
+    ) -> Recorded:
         """Resume the session for a new listener, atomically with its catch-up.
 
         Decides and appends ``command``; on success the previous listener gets
@@ -173,13 +218,18 @@ class SessionHost:
         missed or doubled between the replay and the live stream: both happen under the lock.
 
         ``token`` is the plain resume token whose digest is ``command.new_token_hash``: the new
-        listener's ``session.resumed`` carries it.
+        listener's ``session.resumed`` carries it. ``acquire`` takes the session's ownership
+        for this process (it may live on another server); it runs under the session's lock,
+        so no command of this process can be caught between the move and its new fence.
 
         Returns:
             the logged ``session.resumed`` or ``command.rejected`` (then nothing else changed).
         """
         async with self._lock:
-            await self._catch_up()
+            if acquire is not None:
+                self.fence = await acquire()
+                self.moved = None
+            await self._catch_up(adopt=True)
             if token is not None and command.new_token_hash is not None:
                 self._reveal = (command.new_token_hash, token)
             old = self._queue
@@ -240,8 +290,13 @@ class SessionHost:
     async def catch_up(self) -> None:
         """Fold and publish events other processes appended (worker outputs), then advance."""
         async with self._lock:
-            await self._catch_up()
-            await self._pump()
+            if self.moved is not None:
+                return
+            try:
+                await self._catch_up()
+                await self._pump()
+            except SessionMoved:
+                pass  # the listener was told; the new owner advances the session
 
     def attach(self) -> int:
         """Start a fresh event stream for a new listener (events from now on); the previous
@@ -301,12 +356,25 @@ class SessionHost:
                 key = None
             try:
                 with APPEND_SECONDS.time():
-                    result = await asyncio.to_thread(
-                        self.log.append, self.session_id, events, expected_seq=self.state.seq, idempotency_key=key
-                    )
+                    if self.writer is not None:
+                        future = self.writer.submit(
+                            self.session_id, events, expected_seq=self.state.seq, idempotency_key=key, fence=self.fence
+                        )
+                        result = await asyncio.wrap_future(future)
+                    else:
+                        result = await asyncio.to_thread(
+                            self.log.append, self.session_id, events, expected_seq=self.state.seq,
+                            idempotency_key=key, fence=self.fence,
+                        )
             except WrongExpectedSeq:
                 await self._catch_up()
+                if self.moved is not None:
+                    raise SessionMoved(self.session_id, self.moved)
                 continue
+            except OwnershipLost as lost:
+                await self._catch_up(adopt=True)  # show what the new owner did, then let go
+                self._lose(f"owned by {lost.owner_id} at generation {lost.generation}")
+                raise SessionMoved(self.session_id, self.moved or "moved") from lost
             if result.duplicate:
                 first, last = result.records[0].seq, result.records[-1].seq
                 command = Invalid(
@@ -327,9 +395,41 @@ class SessionHost:
             return list(result.records)
         raise RuntimeError(f"session {self.session_id}: gave up after {MAX_RETRIES} append conflicts")
 
-    async def _catch_up(self) -> None:
+    async def _catch_up(self, *, adopt: bool = False) -> None:
+        """Fold and publish the events appended by other processes. A ``session.resumed``
+        among them was written by another server a client resumed on: the session lives
+        there now, so unless this host is adopting it back (``adopt``) it lets go."""
         records = await asyncio.to_thread(self.log.read_session, self.session_id, after_seq=self.state.seq)
+        if not adopt and self.fence is not None and any(isinstance(r.event, SessionResumed) for r in records):
+            await self._publish(records, quiet=True)
+            self._lose("resumed on another server")
+            return
         await self._publish(records)
+
+    def _lose(self, reason: str) -> None:
+        """The session moved to another server: end the listener's stream with
+        ``session.replaced`` (its socket closes with 4000) and stop acting for it."""
+        if self.moved is not None:
+            return
+        self.moved = reason
+        log.info("session %s moved: %s", self.session_id, reason)
+        if self._queue is not None:
+            self._queue.put_nowait(
+                {
+                    "type": "session.replaced",
+                    "event_id": new_id("event"),
+                    "session_id": self.session_id,
+                    "lease_generation": self.state.lease.generation,
+                    "reason": "moved_to_another_server",
+                }
+            )
+            self._queue.put_nowait(_END)
+            self._queue = None
+        self.listener += 1
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._on_moved is not None:
+            self._on_moved(self)
 
     async def _pump(self) -> None:
         # A worker output may let a response advance (next tick) or end (response.done).

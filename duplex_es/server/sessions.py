@@ -11,20 +11,32 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import secrets
+import socket
 from typing import Optional
 
 import attrs
 
 from duplex_es.domain import Code, Detach, OpenSession, Resume
+from duplex_es.domain.lease import resume_events
 from duplex_es.domain.world import StartWorld, WorldState
 from duplex_es.events import CommandRejected, SessionClosed, SessionExpired, WorldClosed
 from duplex_es.server.follower import LogFollower
-from duplex_es.server.host import SessionHost, new_id, now_ms
+from duplex_es.server.host import SessionHost, SessionMoved, new_id, now_ms
 from duplex_es.snapshots import load_state
-from duplex_es.store import Database, EventLog, SnapshotStore
+from duplex_es.store import (
+    DEFAULT_OWNER_TTL_MS,
+    Database,
+    EventLog,
+    Fence,
+    GroupCommitWriter,
+    SessionOwned,
+    SessionOwners,
+    SnapshotStore,
+)
 
-__all__ = ["DuplexSessions", "ResumeRefused", "DEFAULT_MODEL", "new_resume_token", "token_digest"]
+__all__ = ["DuplexSessions", "ResumeRefused", "DEFAULT_MODEL", "default_server_id", "new_resume_token", "token_digest"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +67,12 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def default_server_id() -> str:
+    """``host:pid:random``: unique to this process. ``serve`` passes ``host:port`` instead, so a
+    server restarted on the same port takes its sessions up at once."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
 def _kind(state: object) -> str:
     return "world" if isinstance(state, WorldState) else "speech"
 
@@ -70,6 +88,11 @@ class DuplexSessions:
         poll_ms: how often the log follower polls for worker outputs while idle.
         snapshot_every: snapshot a session's state every this many events (0: never); loads
             then fold only the events after the newest snapshot.
+        server_id: this server's name in ``session_owners`` (:func:`default_server_id`).
+        owner_ttl_ms: the ownership lease, renewed every third of it; a session whose owner
+            stopped renewing for this long is taken up by another server.
+        group_commit_window_ms: how long the group-commit writer waits for more commands
+            before committing (0: it commits what is queued at once).
     """
 
     def __init__(
@@ -81,8 +104,14 @@ class DuplexSessions:
         reaper_interval_ms: int = 1000,
         poll_ms: int = 5,
         snapshot_every: int = 1000,
+        server_id: Optional[str] = None,
+        owner_ttl_ms: int = DEFAULT_OWNER_TTL_MS,
+        group_commit_window_ms: float = 0.0,
     ) -> None:
+        self.server_id = server_id or default_server_id()
         self.log = EventLog(db)
+        self.owners = SessionOwners(db, ttl_ms=owner_ttl_ms)
+        self.writer = GroupCommitWriter(self.log, window_ms=group_commit_window_ms)
         self.snapshots = SnapshotStore(db)
         self.snapshot_every = snapshot_every
         self.idle_ttl_ms = idle_ttl_ms
@@ -91,29 +120,35 @@ class DuplexSessions:
         self.hosts: dict[str, SessionHost] = {}
         self._follower = LogFollower(self.log, lambda: self.hosts, poll_ms=poll_ms)
         self._reaper: Optional[asyncio.Task] = None
+        self._owner: Optional[asyncio.Task] = None
         self._loading = asyncio.Lock()
 
     async def start(self) -> None:
         """Recover the sessions a previous server left open, then start following the log and
         reaping leases."""
+        await asyncio.to_thread(self.owners.renew, self.server_id)
         await self.recover()
         await self._follower.start()
         self._reaper = asyncio.create_task(self._reap_forever(), name="lease-reaper")
+        self._owner = asyncio.create_task(self._own_forever(), name="ownership")
 
     async def stop(self) -> None:
         """Stop background work (sessions stay in the log)."""
         await self._follower.stop()
-        if self._reaper is not None:
-            self._reaper.cancel()
-            try:
-                await self._reaper
-            except asyncio.CancelledError:
-                pass
+        for task in (self._reaper, self._owner):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        await asyncio.to_thread(self.writer.close)
 
     async def open_session(self, model: str = DEFAULT_MODEL) -> SessionHost:
         """Create a session and return its handle, with a listener attached. Its first event,
         ``session.created``, carries the ``resume_token`` a client needs to resume it."""
-        host = self._host(new_id("sess"))
+        session_id = new_id("sess")
+        host = self._host(session_id, await asyncio.to_thread(self.owners.acquire, session_id, self.server_id))
         host.attach()
         self.hosts[host.session_id] = host
         token = new_resume_token()
@@ -124,7 +159,7 @@ class DuplexSessions:
     async def open_world(self, start: StartWorld) -> SessionHost:
         """Create a world session from its ``session.start`` and return its handle; its
         ``session.started`` carries the ``resume_token``."""
-        host = self._host(start.session_id)
+        host = self._host(start.session_id, await asyncio.to_thread(self.owners.acquire, start.session_id, self.server_id))
         host.attach()
         self.hosts[host.session_id] = host
         token = new_resume_token()
@@ -132,54 +167,84 @@ class DuplexSessions:
         await host.submit(attrs.evolve(start, resume_token_hash=token_digest(token)))
         return host
 
-    async def recover(self) -> list[str]:
-        """Take up the sessions the log says are still open but no process hosts (the server
-        was killed): rebuild each from the log and log ``session.detached`` (reason
-        ``server_restart``, cancelling a response in progress with that cause) for those whose
-        client was attached, so each waits one disconnect grace from now for a resume. A
-        session detached before the crash keeps its logged detach time, so the reaper expires
-        it at once if its grace ran out meanwhile. Returns the recovered session ids.
+    async def recover(self, session_ids: Optional[list[str]] = None) -> list[str]:
+        """Take up the sessions the log says are still open but no live server owns (their
+        server was killed, or stalled past its ownership lease): acquire each, rebuild it from
+        the log and log ``session.detached`` (reason ``server_restart``, cancelling a response
+        in progress with that cause) for those whose client was attached, so each waits one
+        disconnect grace from now for a resume. A session detached before the crash keeps its
+        logged detach time, so the reaper expires it at once if its grace ran out meanwhile.
+        Sessions another live server owns are left to it.
 
-        One server per database is assumed here: ownership across servers is issue 6.
+        Args:
+            session_ids: the candidates (``None``: every session the log holds open).
+
+        Returns:
+            the recovered session ids.
         """
-        ids = await asyncio.to_thread(self.log.sessions_without, TERMINAL_EVENT_TYPES)
+        if session_ids is None:
+            session_ids = await asyncio.to_thread(self.log.sessions_without, TERMINAL_EVENT_TYPES)
         recovered = []
-        for session_id in ids:
+        for session_id in session_ids:
             if session_id in self.hosts:
                 continue
-            host = await self.load(session_id)
-            if host is None or not host.state.open:
+            try:
+                fence = await asyncio.to_thread(self.owners.acquire, session_id, self.server_id)
+            except SessionOwned:
                 continue
-            if host.state.lease.detached_at_ms is None:
-                await host.submit(Detach(at_ms=now_ms(), reason="server_restart"))
+            host = await self.load(session_id, fence)
+            if host is None or not host.state.open:
+                await asyncio.to_thread(self.owners.release, fence)
+                continue
+            try:
+                if host.state.lease.detached_at_ms is None:
+                    await host.submit(Detach(at_ms=now_ms(), reason="server_restart"))
+            except SessionMoved:
+                continue  # resumed elsewhere in the meantime
             recovered.append(session_id)
         if recovered:
             log.info("recovered %d open sessions from the log", len(recovered))
         return recovered
 
-    def _host(self, session_id: str) -> SessionHost:
-        return SessionHost(self.log, session_id, snapshots=self.snapshots, snapshot_every=self.snapshot_every)
+    def _host(self, session_id: str, fence: Optional[Fence]) -> SessionHost:
+        return SessionHost(
+            self.log,
+            session_id,
+            snapshots=self.snapshots,
+            snapshot_every=self.snapshot_every,
+            writer=self.writer,
+            fence=fence,
+            on_moved=self._forget,
+        )
+
+    def _forget(self, host: SessionHost) -> None:
+        """A hosted session moved to another server: stop hosting it here."""
+        if self.hosts.get(host.session_id) is host:
+            del self.hosts[host.session_id]
 
     def get(self, session_id: str) -> Optional[SessionHost]:
         """The handle of a session this process hosts, if any."""
         return self.hosts.get(session_id)
 
-    async def load(self, session_id: str) -> Optional[SessionHost]:
+    async def load(self, session_id: str, fence: Optional[Fence] = None) -> Optional[SessionHost]:
         """The handle of a session, rebuilt from the log if this process does not host it yet
-        (after a restart, say); ``None`` if the log holds no such session."""
+        (after a restart, or when it lives on another server); ``None`` if the log holds no
+        such session. A rebuilt session is hosted here only with ``fence`` (ownership)."""
         async with self._loading:
             host = self.hosts.get(session_id)
             if host is not None:
+                if fence is not None:
+                    host.fence = fence
                 return host
             loaded = await asyncio.to_thread(load_state, self.log, self.snapshots, session_id)
             if loaded.state.seq == 0:
                 return None
-            host = self._host(session_id)
+            host = self._host(session_id, fence)
             host.state, host.snapshot_seq = loaded.state, loaded.snapshot_seq
             last = loaded.records[-1] if loaded.records else None
             if last is not None:  # the idle TTL runs on from the log
                 host.last_activity_ms = last.recorded_at_us // 1000
-            if host.state.open:
+            if host.state.open and fence is not None:
                 self.hosts[session_id] = host
             return host
 
@@ -233,7 +298,18 @@ class DuplexSessions:
             new_token_hash=token_digest(token),
             last_server_event_seq=last_server_event_seq,
         )
-        outcome = await host.take_over(command, last_server_event_seq, token)
+        # The session moves here only for a resume the domain would accept: a wrong token must
+        # not take a session away from the server its client is attached to.
+        acquire = None
+        if not isinstance(resume_events(command, host.state)[0], CommandRejected):
+
+            async def acquire() -> Fence:
+                return await asyncio.to_thread(self.owners.acquire, session_id, self.server_id, take_over=True)
+
+        try:
+            outcome = await host.take_over(command, last_server_event_seq, token, acquire)
+        except SessionMoved as moved:
+            raise ResumeRefused(Code.RESUME_CONFLICT, f"{moved}; resume again", "session_id") from moved
         if isinstance(outcome.event, CommandRejected):
             raise ResumeRefused(outcome.event.code, outcome.event.message, outcome.event.param)
         self.hosts[session_id] = host
@@ -248,6 +324,7 @@ class DuplexSessions:
             state = host.state
             if state.status in ("closed", "expired"):
                 self.hosts.pop(host.session_id, None)
+                await self._release(host)
                 continue
             if not state.open:
                 continue  # still opening: its first event is being written
@@ -261,7 +338,23 @@ class DuplexSessions:
             log.info("session %s expired (%s)", host.session_id, reason)
             expired.append(host.session_id)
             self.hosts.pop(host.session_id, None)
+            await self._release(host)
         return expired
+
+    async def _release(self, host: SessionHost) -> None:
+        """Give up the ownership of a session that ended (its row would otherwise look
+        orphaned to other servers once its lease ran out)."""
+        if host.fence is not None:
+            try:
+                await asyncio.to_thread(self.owners.release, host.fence)
+            except Exception:
+                log.exception("session %s: releasing ownership failed", host.session_id)
+
+    async def adopt_orphans(self) -> list[str]:
+        """Take up sessions whose owning server stopped renewing its lease (it died, and no
+        client resumed them elsewhere): the same as :meth:`recover` for those sessions."""
+        orphans = await asyncio.to_thread(self.owners.orphans)
+        return await self.recover([s for s in orphans if s not in self.hosts]) if orphans else []
 
     async def _reap_forever(self) -> None:
         while True:
@@ -270,3 +363,14 @@ class DuplexSessions:
                 await self.reap()
             except Exception:
                 log.exception("lease reaper failed; retrying")
+
+    async def _own_forever(self) -> None:
+        """Renew this server's ownership leases and take up orphaned sessions, every third of
+        the ownership TTL."""
+        while True:
+            await asyncio.sleep(self.owners.ttl_ms / 3000)
+            try:
+                await asyncio.to_thread(self.owners.renew, self.server_id)
+                await self.adopt_orphans()
+            except Exception:
+                log.exception("ownership renewal failed; retrying")

@@ -14,11 +14,23 @@ from duplex_es.store.log import (
     WrongExpectedSeq,
 )
 from duplex_es.store.migrate import upgrade
+from duplex_es.store.notify import EVENTS_CHANNEL, TICKS_CHANNEL, Wakeup
+from duplex_es.store.ownership import DEFAULT_OWNER_TTL_MS, Fence, OwnershipLost, SessionOwned, SessionOwners
 from duplex_es.store.snapshots import SnapshotStore, StoredSnapshot
 from duplex_es.store.ticks import Claim, ClaimLost, CommitResult, TickQueue
+from duplex_es.store.writer import GroupCommitWriter
 
 __all__ = [
     "ANY_SEQ",
+    "DEFAULT_OWNER_TTL_MS",
+    "EVENTS_CHANNEL",
+    "Fence",
+    "GroupCommitWriter",
+    "OwnershipLost",
+    "SessionOwned",
+    "SessionOwners",
+    "TICKS_CHANNEL",
+    "Wakeup",
     "AppendResult",
     "Claim",
     "ClaimLost",

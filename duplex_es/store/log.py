@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 from duplex_es.events import EpochAdvanced, Event, TickIssued, WorldClosed, WorldReset, WorldTickIssued, decode, encode
 from duplex_es.store.chain import GENESIS, event_hash
 from duplex_es.store.database import Database
+from duplex_es.store.ownership import Fence, SessionOwners
 from duplex_es.store.schema import events as events_t
 from duplex_es.store.schema import idempotency as idem_t
 from duplex_es.store.schema import ticks as ticks_t
@@ -144,6 +145,7 @@ class EventLog:
         *,
         expected_seq: int,
         idempotency_key: str | None = None,
+        fence: Fence | None = None,
     ) -> AppendResult:
         """Append ``events`` to ``session_id`` atomically.
 
@@ -155,12 +157,18 @@ class EventLog:
             idempotency_key: a client ``event_id`` or a tick ``request_id``. If a batch with
                 this key was already appended to the session, nothing is written and that
                 batch is returned with ``duplicate=True``.
+            fence: the appending server's ownership of the session
+                (:class:`~duplex_es.store.ownership.Fence`), checked in this transaction;
+                ``None`` for writers fenced otherwise (workers, by their tick claim).
 
         Raises:
             WrongExpectedSeq: the session's seq is not ``expected_seq``; nothing was written.
+            OwnershipLost: ``fence`` is no longer current; nothing was written.
         """
         with self.db.write() as conn:
-            return self.append_in(conn, session_id, events, expected_seq=expected_seq, idempotency_key=idempotency_key)
+            return self.append_in(
+                conn, session_id, events, expected_seq=expected_seq, idempotency_key=idempotency_key, fence=fence
+            )
 
     def append_in(
         self,
@@ -170,8 +178,13 @@ class EventLog:
         *,
         expected_seq: int,
         idempotency_key: str | None = None,
+        fence: Fence | None = None,
     ) -> AppendResult:
-        """:meth:`append` inside a write transaction the caller holds (``Database.write``)."""
+        """:meth:`append` inside a write transaction the caller holds (``Database.write``).
+        Its checks raise before anything is written, so a caller batching several appends in
+        one transaction can go on with the others after one fails."""
+        if fence is not None:
+            SessionOwners.check_in(conn, fence, is_sqlite=self.db.is_sqlite)
         if idempotency_key is not None:
             prior = conn.execute(
                 sa.select(idem_t.c.first_seq, idem_t.c.last_seq).where(
@@ -316,17 +329,18 @@ class EventLog:
             )
             return [_raw(r) for r in rows]
 
-    def tail_sessions(self, after_position: int = 0, limit: int = 5000) -> list[tuple[int, str]]:
-        """``(position, session_id)`` of events after ``after_position``: a cheap way for a
-        server to learn which of its sessions have new events without decoding them."""
+    def tail_sessions(self, after_position: int = 0, limit: int = 5000) -> list[tuple[int, str, int]]:
+        """``(position, session_id, seq)`` of events after ``after_position``: a cheap way for a
+        server to learn which of its sessions have events it has not folded yet, without
+        decoding them."""
         with self.db.read() as conn:
             rows = conn.execute(
-                sa.select(events_t.c.position, events_t.c.session_id)
+                sa.select(events_t.c.position, events_t.c.session_id, events_t.c.seq)
                 .where(events_t.c.position > after_position)
                 .order_by(events_t.c.position)
                 .limit(limit)
             )
-            return [(r[0], r[1]) for r in rows]
+            return [(r[0], r[1], r[2]) for r in rows]
 
     def last_position(self) -> int:
         """The highest committed position (0 for an empty log)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-__all__ = ["metadata", "events", "idempotency", "ticks"]
+__all__ = ["metadata", "events", "idempotency", "ticks", "snapshots", "session_owners"]
 
 metadata = sa.MetaData()
 
@@ -74,4 +74,19 @@ snapshots = sa.Table(
     sa.Column("data", sa.Text(), nullable=False),
     sa.Column("digest", sa.String(64), nullable=False),
     sa.Column("created_at_us", sa.BigInteger(), nullable=False),
+)
+
+#: Which server process may append a session's commands. ``generation`` is the fencing token:
+#: it rises with every change of owner, and an append checks it in its own transaction, so a
+#: former owner that has not noticed the move cannot write. ``expires_at_us`` is the lease the
+#: owner renews while alive; after it another server may take the session up.
+session_owners = sa.Table(
+    "session_owners",
+    metadata,
+    sa.Column("session_id", sa.String(128), primary_key=True),
+    sa.Column("owner_id", sa.String(128), nullable=False),
+    sa.Column("generation", sa.BigInteger(), nullable=False),
+    sa.Column("expires_at_us", sa.BigInteger(), nullable=False),
+    sa.Index("ix_session_owners_expires", "expires_at_us"),
+    sa.Index("ix_session_owners_owner", "owner_id"),
 )

@@ -26,7 +26,7 @@ from duplex_es.events import (
     WorldTickIssued,
     segments_audio,
 )
-from duplex_es.store import Claim, ClaimLost, EventLog, TickQueue
+from duplex_es.store import TICKS_CHANNEL, Claim, ClaimLost, EventLog, TickQueue, Wakeup
 from duplex_es.worker.engine import Engine, EngineError, EngineOutput, TickContext
 from duplex_es.worker.faults import crash_point
 from duplex_es.worker.world.engine import WorldContext, WorldOutput
@@ -107,6 +107,10 @@ def _failure(claim: Claim, code: str, message: str) -> list[Event]:
     ]
 
 
+#: The fallback poll interval of an idle worker that listens for new ticks (PostgreSQL), in ms.
+PG_FALLBACK_POLL_MS = 100
+
+
 class Worker:
     """Claims and runs ticks until stopped.
 
@@ -115,7 +119,10 @@ class Worker:
         engines: the engines this worker runs, one per tick kind.
         worker_id: recorded on claims; defaults to ``host:pid``.
         claim_ttl_ms: the claim lease; the heartbeat extends it every third of it.
-        poll_ms: how long an idle worker sleeps between claim attempts.
+        poll_ms: how long an idle worker waits between claim attempts on SQLite. On PostgreSQL
+            it is woken by ``NOTIFY`` when a tick is issued and polls only as a fallback (for
+            claims that expired, or a lost listener connection), every
+            :data:`PG_FALLBACK_POLL_MS` at most.
         step_delay_ms: extra time spent per step, to stand in for a slower (GPU) model in demos
             and crash tests.
     """
@@ -139,6 +146,7 @@ class Worker:
         self.step_delay_ms = step_delay_ms
         self.stopping = threading.Event()
         self.committed = 0
+        self.wakeup = Wakeup(log.db, TICKS_CHANNEL)
 
     def read_audio(self, session_id: str, segments: tuple[AudioSegment, ...], bytes_per_sample: int = 2) -> bytes:
         """The input audio of ``segments`` (of appends or created items), cut from the log."""
@@ -217,4 +225,13 @@ class Worker:
                 log.exception("worker loop error; retrying")
                 busy = False
             if not busy:
-                self.stopping.wait(self.poll_ms / 1000)
+                self.idle_wait()
+        self.wakeup.close()
+
+    def idle_wait(self) -> bool:
+        """Wait for work: until a tick is issued (PostgreSQL ``NOTIFY``) or the poll interval
+        passes. Returns whether a notification cut the wait short."""
+        if self.wakeup.listens:
+            return self.wakeup.wait(max(self.poll_ms, PG_FALLBACK_POLL_MS) / 1000)
+        self.stopping.wait(self.poll_ms / 1000)
+        return False

@@ -1,0 +1,188 @@
+"""Group commit: one writer thread per process turns the appends waiting for it into one
+transaction and one commit.
+
+A durable commit costs an fsync (SQLite WAL with ``synchronous=FULL``) or a WAL flush and a
+round trip (PostgreSQL), whatever it holds; under the global-order lock only one commit runs at
+a time. So commands that arrive while a commit is in flight wait for it and then share the next
+one — the batching of effect-cqrs' PostgreSQL store and of ObneyAI/grain's SQLite write queue
+(``reference/event-store-anchors.md`` §C.4, §C.6). One command alone pays nothing extra: with
+the default window of 0 the writer never waits for company, it takes what is queued.
+
+Each command keeps its own checks — fence, idempotency key, expected seq — run inside the shared
+transaction in arrival order (a later command sees an earlier one's events), and raises alone:
+those checks fail before the command writes anything, so the others commit. Should the database
+itself refuse a statement mid-batch, the batch is rolled back and every command is retried in a
+transaction of its own, so again only the culprit fails. Every caller learns its outcome only
+after the commit that holds its events returned (DESIGN I4).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import logging
+import threading
+import time
+from typing import Optional, Sequence
+
+import attrs
+import sqlalchemy as sa
+from prometheus_client import Histogram
+
+from duplex_es.events import Event
+from duplex_es.store.log import AppendResult, EventLog, StoredEventError, WrongExpectedSeq
+from duplex_es.store.ownership import Fence, OwnershipLost
+
+__all__ = ["GroupCommitWriter"]
+
+log = logging.getLogger(__name__)
+
+BATCH_COMMANDS = Histogram(
+    "duplex_es_group_commit_commands",
+    "Commands committed together by the group-commit writer",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+)
+
+#: Exceptions that mean "this command, not the batch": raised before the command wrote.
+_COMMAND_ERRORS = (WrongExpectedSeq, OwnershipLost, StoredEventError)
+
+
+@attrs.define
+class _Request:
+    session_id: str
+    events: Sequence[Event]
+    expected_seq: int
+    idempotency_key: Optional[str]
+    fence: Optional[Fence]
+    future: concurrent.futures.Future
+
+
+class GroupCommitWriter:
+    """The appends of one process, committed in groups by one background thread.
+
+    Args:
+        log: the event log to append to.
+        window_ms: after taking the first waiting command, wait this long for more before
+            committing (0: take only what is already queued — no added latency).
+        max_batch: the most commands in one transaction.
+    """
+
+    def __init__(self, log: EventLog, *, window_ms: float = 0.0, max_batch: int = 512) -> None:
+        if window_ms < 0 or max_batch < 1:
+            raise ValueError("window_ms must be >= 0 and max_batch >= 1")
+        self.log = log
+        self.window_ms = window_ms
+        self.max_batch = max_batch
+        self.transactions = 0  #: commits made (for operators and benchmarks)
+        self.commands = 0  #: commands committed or refused
+        self._pending: collections.deque[_Request] = collections.deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
+        self._thread.start()
+
+    def submit(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_seq: int,
+        idempotency_key: Optional[str] = None,
+        fence: Optional[Fence] = None,
+    ) -> concurrent.futures.Future:
+        """Queue an append; the future resolves to its :class:`AppendResult` after its commit,
+        or to the exception :meth:`EventLog.append` would have raised (``WrongExpectedSeq``,
+        ``OwnershipLost``, a database error). Arguments as for :meth:`EventLog.append`.
+
+        Raises:
+            RuntimeError: the writer was closed.
+        """
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the group-commit writer is closed")
+            self._pending.append(_Request(session_id, events, expected_seq, idempotency_key, fence, future))
+            self._cond.notify()
+        return future
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_seq: int,
+        idempotency_key: Optional[str] = None,
+        fence: Optional[Fence] = None,
+    ) -> AppendResult:
+        """:meth:`submit` and wait for the outcome (blocking): the same contract as
+        :meth:`EventLog.append`."""
+        return self.submit(
+            session_id, events, expected_seq=expected_seq, idempotency_key=idempotency_key, fence=fence
+        ).result()
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Commit what is queued, then stop the thread. Later submits raise."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout_s)
+
+    # --------------------------------------------------------------------------------- internals
+
+    def _take(self) -> list[_Request]:
+        with self._cond:
+            while not self._pending and not self._closed:
+                self._cond.wait()
+            batch = [self._pending.popleft() for _ in range(min(len(self._pending), self.max_batch))]
+        if batch and self.window_ms > 0 and len(batch) < self.max_batch:
+            time.sleep(self.window_ms / 1000)
+            with self._cond:
+                while self._pending and len(batch) < self.max_batch:
+                    batch.append(self._pending.popleft())
+        return batch
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take()
+            if not batch:
+                return  # closed and drained
+            live = [r for r in batch if r.future.set_running_or_notify_cancel()]
+            if live:
+                try:
+                    self._commit_group(live)
+                except BaseException as exc:  # never leave a caller waiting forever
+                    log.exception("group commit failed unexpectedly")
+                    for r in live:
+                        if not r.future.done():
+                            r.future.set_exception(exc)
+
+    def _commit_group(self, batch: list[_Request]) -> None:
+        outcomes: list[tuple[_Request, object]] = []
+        try:
+            with self.log.db.write() as conn:
+                for r in batch:
+                    try:
+                        result = self.log.append_in(
+                            conn, r.session_id, r.events, expected_seq=r.expected_seq,
+                            idempotency_key=r.idempotency_key, fence=r.fence,
+                        )
+                    except _COMMAND_ERRORS as exc:
+                        outcomes.append((r, exc))
+                    else:
+                        outcomes.append((r, result))
+        except sa.exc.DBAPIError as exc:
+            if len(batch) == 1:
+                batch[0].future.set_exception(exc)
+                return
+            log.warning("group of %d commands failed (%s); committing them one by one", len(batch), exc)
+            for r in batch:
+                self._commit_group([r])
+            return
+        self.transactions += 1
+        self.commands += len(batch)
+        BATCH_COMMANDS.observe(len(batch))
+        for r, outcome in outcomes:  # only now, after the commit, does anyone learn anything
+            if isinstance(outcome, BaseException):
+                r.future.set_exception(outcome)
+            else:
+                r.future.set_result(outcome)

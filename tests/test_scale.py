@@ -1,0 +1,351 @@
+"""Issue 6: many servers and workers on one database — session ownership with a fencing
+generation, tick claims under SKIP LOCKED, NOTIFY wake-ups, and group commit."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from duplex_es.domain import AppendText
+from duplex_es.events import SessionConfig, SessionOpened, TextAppended, TickIssued
+from duplex_es.server.host import SessionMoved
+from duplex_es.server.sessions import DuplexSessions
+from duplex_es.store import (
+    ClaimLost,
+    Database,
+    EventLog,
+    GroupCommitWriter,
+    OwnershipLost,
+    SessionOwned,
+    SessionOwners,
+    TICKS_CHANNEL,
+    TickQueue,
+    Wakeup,
+    WrongExpectedSeq,
+    upgrade,
+)
+from duplex_es.cli.processes import free_port, start_server, start_worker, wait_healthy
+from servers import session_state
+from wsclient import WsClient
+
+
+def _open(log: EventLog, sid: str) -> None:
+    log.append(sid, [SessionOpened(session_id=sid, config=SessionConfig(model="m"))], expected_seq=0)
+
+
+# ------------------------------------------------------------------------------- ownership
+
+
+def test_a_taken_over_session_refuses_the_former_owners_append(log: EventLog):
+    owners = SessionOwners(log.db)
+    _open(log, "s1")
+    a = owners.acquire("s1", "server-a")
+    log.append("s1", [TextAppended(text="from a")], expected_seq=1, fence=a)
+    with pytest.raises(SessionOwned):
+        owners.acquire("s1", "server-b")  # a is alive: only a resume may take the session
+    b = owners.acquire("s1", "server-b", take_over=True)
+    assert (a.generation, b.generation) == (1, 2)
+    with pytest.raises(OwnershipLost) as lost:
+        log.append("s1", [TextAppended(text="late from a")], expected_seq=2, fence=a)
+    assert (lost.value.owner_id, lost.value.generation) == ("server-b", b.generation)
+    assert log.head("s1") == 2  # nothing of the refused append was written
+    log.append("s1", [TextAppended(text="from b")], expected_seq=2, fence=b)
+    assert [r.event.text for r in log.read_session("s1")[1:]] == ["from a", "from b"]
+
+
+def test_an_owner_that_stops_renewing_leaves_an_orphan_another_server_takes(log: EventLog):
+    owners = SessionOwners(log.db, ttl_ms=1000)
+    now = 1_000_000_000
+    a = owners.acquire("s1", "server-a", now_us=now)
+    owners.acquire("s2", "server-a", now_us=now)
+    assert owners.renew("server-a", now_us=now + 500_000) == 2
+    assert owners.orphans(now_us=now + 1_000_000) == []  # renewed until now + 1.5 s
+    assert sorted(owners.orphans(now_us=now + 1_600_000)) == ["s1", "s2"]
+    b = owners.acquire("s1", "server-b", now_us=now + 1_600_000)  # expired: no takeover needed
+    assert owners.orphans(now_us=now + 1_600_000) == ["s2"]
+    assert not owners.release(a) and owners.release(b)
+    assert owners.current("s1") is None
+
+
+def test_a_restarted_server_with_the_same_id_fences_out_its_former_self(log: EventLog):
+    owners = SessionOwners(log.db)
+    _open(log, "s1")
+    before = owners.acquire("s1", "host:8000")
+    after = owners.acquire("s1", "host:8000")
+    assert after.generation == before.generation + 1
+    with pytest.raises(OwnershipLost):
+        log.append("s1", [TextAppended(text="zombie")], expected_seq=1, fence=before)
+
+
+def test_a_session_resumed_on_another_server_moves_there_and_the_old_one_can_write_nothing(db: Database):
+    """Two servers' session engines in one process, on one database: B takes a session A
+    hosts; A's listener is told ``session.replaced``, and A's late command is refused."""
+
+    async def run() -> None:
+        a = DuplexSessions(db, server_id="a", reaper_interval_ms=3_600_000)
+        b = DuplexSessions(db, server_id="b", reaper_interval_ms=3_600_000)
+        host_a = await a.open_session()
+        listener = host_a.listener
+        stream = asyncio.create_task(_drain(host_a))  # what A's connection would be sent
+        assert await host_a.submit(AppendText(text="one"), listener=listener)
+        host_b = await b.resume_session(host_a.session_id)
+        assert await host_b.submit(AppendText(text="two"), listener=host_b.listener)
+        # A has not heard of the move: its append carries the old fence and is refused.
+        assert await host_a.submit(AppendText(text="late"), listener=listener) is False
+        with pytest.raises(SessionMoved):
+            await host_a.submit(AppendText(text="later"))
+        told = await asyncio.wait_for(stream, 10)
+        assert told[-1]["type"] == "session.replaced" and told[-1]["reason"] == "moved_to_another_server"
+        assert a.get(host_a.session_id) is None and b.get(host_a.session_id) is host_b
+        texts = [r.event.text for r in b.log.read_session(host_a.session_id) if isinstance(r.event, TextAppended)]
+        assert texts == ["one", "two"]
+        await a.stop()
+        await b.stop()
+
+    asyncio.run(run())
+
+
+def test_a_server_learns_from_the_log_that_its_session_was_resumed_elsewhere(db: Database):
+    async def run() -> None:
+        a = DuplexSessions(db, server_id="a", reaper_interval_ms=3_600_000, poll_ms=5)
+        b = DuplexSessions(db, server_id="b", reaper_interval_ms=3_600_000, poll_ms=5)
+        await a.start()
+        host_a = await a.open_session()
+        stream = asyncio.create_task(_drain(host_a))
+        await asyncio.sleep(0.1)
+        await b.resume_session(host_a.session_id)
+        told = await asyncio.wait_for(stream, 10)  # A's follower sees B's session.resumed
+        assert told[-1]["type"] == "session.replaced"
+        assert a.get(host_a.session_id) is None
+        await a.stop()
+        await b.stop()
+
+    asyncio.run(run())
+
+
+async def _drain(host) -> list[dict]:  # noqa: ANN001
+    return [w async for w in host.events()]
+
+
+def test_a_dead_servers_sessions_are_taken_up_by_a_live_one(db: Database):
+    async def run() -> None:
+        a = DuplexSessions(db, server_id="a", owner_ttl_ms=300, reaper_interval_ms=3_600_000)
+        host_a = await a.open_session()  # a never renews: as good as dead
+        b = DuplexSessions(db, server_id="b", owner_ttl_ms=300, reaper_interval_ms=3_600_000)
+        await b.start()
+        deadline = time.monotonic() + 10
+        log = EventLog(db)
+        while time.monotonic() < deadline and not any(r.event.TYPE == "session.detached" for r in log.read_session(host_a.session_id)):
+            await asyncio.sleep(0.05)
+        adopted = b.get(host_a.session_id)
+        assert adopted is not None and adopted.state.lease.detached_at_ms is not None  # waits for a resume
+        with pytest.raises(SessionMoved):
+            await host_a.submit(AppendText(text="too late"))
+        await b.stop()
+
+    asyncio.run(run())
+
+
+# -------------------------------------------------------------------------- tick claims
+
+
+def _issue_ticks(log: EventLog, sid: str, n: int) -> list[str]:
+    _open(log, sid)
+    ids = [f"req_{sid}_{i}" for i in range(n)]
+    for i, rid in enumerate(ids):
+        tick = TickIssued(request_id=rid, response_id="resp_1", epoch=0, chunk_index=i)
+        log.append(sid, [tick], expected_seq=1 + i)
+    return ids
+
+
+def test_concurrent_workers_never_claim_a_tick_another_holds(log: EventLog):
+    ids = _issue_ticks(log, "s1", 60)
+    queue = TickQueue(log)
+    held: dict[str, str] = {}
+    doubles: list[str] = []
+    lock = threading.Lock()
+
+    def work(name: str) -> None:
+        while True:
+            claim = queue.claim(name, ttl_ms=60_000)
+            if claim is None:
+                return
+            with lock:
+                if claim.request_id in held:
+                    doubles.append(claim.request_id)
+                held[claim.request_id] = name
+
+    threads = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert doubles == [] and sorted(held) == sorted(ids)
+
+
+def test_an_expired_claim_is_taken_over_and_the_old_holders_commit_refused(log: EventLog):
+    [rid] = _issue_ticks(log, "s1", 1)
+    queue = TickQueue(log)
+    now = time.time_ns() // 1000
+    old = queue.claim("slow", ttl_ms=100, now_us=now)
+    assert old is not None and queue.claim("other", ttl_ms=100, now_us=now + 50_000) is None
+    new = queue.claim("other", ttl_ms=60_000, now_us=now + 200_000)
+    assert new is not None and new.request_id == rid and new.token != old.token
+    with pytest.raises(ClaimLost):
+        queue.commit(old, [TextAppended(text="stale output")])
+    assert queue.commit(new, [TextAppended(text="output")]).status == "committed"
+    assert [r.event.text for r in log.read_session("s1") if isinstance(r.event, TextAppended)] == ["output"]
+
+
+def test_an_idle_worker_is_woken_by_notify_on_postgresql(pg_schema_url: str):
+    db = Database(pg_schema_url)
+    upgrade(db)
+    wakeup = Wakeup(db, TICKS_CHANNEL)
+    assert wakeup.wait(0.01) is False  # connects and listens; nothing yet
+    log = EventLog(db)
+    woke: list[float] = []
+
+    def wait() -> None:
+        t0 = time.monotonic()
+        if wakeup.wait(20.0):
+            woke.append(time.monotonic() - t0)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.2)
+    _issue_ticks(log, "s1", 1)
+    waiter.join(25)
+    wakeup.close()
+    db.dispose()
+    assert woke and woke[0] < 10.0  # woken by the tick's commit, not by the 20 s timeout
+
+
+# ----------------------------------------------------------------------------- group commit
+
+
+def test_group_commit_fails_only_the_command_whose_expected_seq_is_wrong(log: EventLog):
+    for sid in ("a", "b", "c"):
+        _open(log, sid)
+    owners = SessionOwners(log.db)
+    fence_c = owners.acquire("c", "me")
+    owners.acquire("c", "someone-else", take_over=True)
+    writer = GroupCommitWriter(log, window_ms=200)  # the commands below land in one batch
+    try:
+        futures = [
+            writer.submit("a", [TextAppended(text="a1")], expected_seq=1),
+            writer.submit("b", [TextAppended(text="b-wrong")], expected_seq=7),
+            writer.submit("a", [TextAppended(text="a2")], expected_seq=2),  # sees a1 in the batch
+            writer.submit("c", [TextAppended(text="c-fenced")], expected_seq=1, fence=fence_c),
+            writer.submit("b", [TextAppended(text="b1")], expected_seq=1),
+        ]
+        for f in futures:
+            f.exception(timeout=30)
+        assert writer.transactions == 1
+    finally:
+        writer.close()
+    assert isinstance(futures[1].exception(), WrongExpectedSeq)
+    assert isinstance(futures[3].exception(), OwnershipLost)
+    assert [f.result().last_seq for f in (futures[0], futures[2], futures[4])] == [2, 3, 2]
+    assert [r.event.text for r in log.read_session("a")[1:]] == ["a1", "a2"]
+    assert [r.event.text for r in log.read_session("b")[1:]] == ["b1"]
+    assert log.head("c") == 1
+
+
+def test_group_commit_isolates_a_command_the_database_refuses(pg_schema_url: str):
+    """A statement failing inside the shared transaction (a session id longer than the
+    column) rolls the batch back; the others are then committed one by one."""
+    db = Database(pg_schema_url)
+    upgrade(db)
+    log = EventLog(db)
+    _open(log, "ok")
+    writer = GroupCommitWriter(log, window_ms=200)
+    try:
+        good = writer.submit("ok", [TextAppended(text="kept")], expected_seq=1)
+        bad = writer.submit("x" * 300, [TextAppended(text="too long an id")], expected_seq=0)
+        assert good.result(timeout=30).last_seq == 2
+        assert isinstance(bad.exception(timeout=30), sa.exc.DBAPIError)
+    finally:
+        writer.close()
+    assert [r.event.text for r in log.read_session("ok")[1:]] == ["kept"]
+    db.dispose()
+
+
+def test_many_threads_through_one_writer_get_commit_ordered_gapless_positions(log: EventLog):
+    writer = GroupCommitWriter(log)
+    per_thread = 60
+
+    def write(sid: str) -> None:
+        _open(log, sid)
+        for i in range(per_thread):
+            writer.append(sid, [TextAppended(text=f"{sid}-{i}")], expected_seq=1 + i)
+
+    threads = [threading.Thread(target=write, args=(f"s{i}",)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    writer.close()
+    everything = log.tail(0, limit=100_000)
+    assert len(everything) == 6 * (per_thread + 1)
+    positions = [r.position for r in everything]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    for i in range(6):
+        seqs = [r.seq for r in everything if r.session_id == f"s{i}"]
+        assert seqs == list(range(1, per_thread + 2))
+    assert writer.transactions < writer.commands  # some commands did share a commit
+
+
+# ------------------------------------------------------------- two servers, two workers
+
+
+@pytest.mark.slow
+def test_two_servers_and_two_workers_share_one_postgresql(pg_schema_url: str, tmp_path: Path):
+    """Sessions opened on either server complete; a session resumed on the other server
+    continues there, and the server it left tells its old connection and lets go."""
+    db = Database(pg_schema_url)
+    upgrade(db)
+    ports = [free_port(), free_port()]
+    servers = [start_server(pg_schema_url, p, tmp_path / f"serve{i}.log", ["--server-id", f"srv{i}"]) for i, p in enumerate(ports)]
+    workers = [start_worker(pg_schema_url, tmp_path / f"worker{i}.log", ["--chunk-ms", "250"]) for i in range(2)]
+    try:
+        for port, proc in zip(ports, servers):
+            wait_healthy(port, proc)
+        clients = [WsClient(port) for port in ports]
+        assert [SessionOwners(db).current(c.session_id)[0].generation for c in clients] == [1, 1]
+        for c in clients:
+            c.say("What is the weather like?")
+            assert c.respond()["status"] == "completed"
+        moving = clients[0]
+        moving.say("Tell me more.")
+        moving.send({"type": "response.create"})
+        moving.recv("response.created")
+        # The client reappears on the other server mid-response, with its token.
+        resumed = WsClient(
+            ports[1],
+            first={"type": "session.resume", "session_id": moving.session_id, "resume_token": moving.token,
+                   "last_server_event_seq": moving.last_seq()},
+        )
+        assert moving.recv("session.replaced", 20)["reason"] == "moved_to_another_server"
+        resumed.recv("response.done", 60)
+        resumed.say("And tomorrow?")
+        assert resumed.respond()["status"] == "completed"
+        assert session_state(ports[1], moving.session_id)["live"] is True
+        assert session_state(ports[0], moving.session_id)["live"] is False
+        rows = EventLog(db).read_session(moving.session_id)
+        assert sum(r.event.TYPE == "response.done" for r in rows) == 3
+        for c in (resumed, clients[1]):
+            c.close()
+        owners = SessionOwners(db)
+        deadline = time.monotonic() + 10
+        while owners.current(clients[1].session_id) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert owners.current(clients[1].session_id) is None  # released once it closed
+    finally:
+        for p in workers + servers:
+            p.stop()
+        db.dispose()
