@@ -349,3 +349,54 @@ def test_two_servers_and_two_workers_share_one_postgresql(pg_schema_url: str, tm
         for p in workers + servers:
             p.stop()
         db.dispose()
+
+
+def test_a_tailing_reader_skips_nothing_while_several_group_commit_writers_append(log: EventLog):
+    """Under load: three writers (as three servers would have), three sessions each, for two
+    seconds, while a reader tails the global log by position: it is delivered every event once,
+    in position order, although batches of different writers commit interleaved."""
+    from test_log_concurrency import Tailer, all_rows
+
+    writers = [GroupCommitWriter(log) for _ in range(3)]
+    stop = time.monotonic() + 2.0
+    errors: list[BaseException] = []
+
+    def feed(writer: GroupCommitWriter, sid: str) -> None:
+        try:
+            _open(log, sid)
+            seq = 1
+            while time.monotonic() < stop:
+                writer.append(sid, [TextAppended(text=f"{sid}-{seq}")], expected_seq=seq)
+                seq += 1
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=feed, args=(w, f"w{i}s{j}")) for i, w in enumerate(writers) for j in range(3)]
+    reader = Tailer(log)
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        reader.poll()
+    for t in threads:
+        t.join()
+    for w in writers:
+        w.close()
+    while reader.poll():
+        pass
+    assert not errors
+    assert reader.seen == all_rows(log) and len(reader.seen) > 50
+
+
+def test_a_key_repeated_within_one_batch_is_written_once(log: EventLog):
+    _open(log, "a")
+    writer = GroupCommitWriter(log, window_ms=200)
+    try:
+        first = writer.submit("a", [TextAppended(text="once")], expected_seq=1, idempotency_key="evt_1")
+        again = writer.submit("a", [TextAppended(text="once")], expected_seq=2, idempotency_key="evt_1")
+        later = writer.submit("a", [TextAppended(text="next")], expected_seq=2, idempotency_key="evt_2")
+        results = [f.result(timeout=30) for f in (first, again, later)]
+    finally:
+        writer.close()
+    assert [r.duplicate for r in results] == [False, True, False]
+    assert results[1].records == results[0].records
+    assert [r.event.text for r in log.read_session("a")[1:]] == ["once", "next"]

@@ -6,6 +6,7 @@ This layer knows events, never the domain (DESIGN §2).
 from duplex_es.store.database import Database, DatabaseNotFound, default_url, resolve_url
 from duplex_es.store.log import (
     ANY_SEQ,
+    AppendRequest,
     AppendResult,
     EventLog,
     RawRecord,
@@ -22,6 +23,7 @@ from duplex_es.store.writer import GroupCommitWriter
 
 __all__ = [
     "ANY_SEQ",
+    "AppendRequest",
     "DEFAULT_OWNER_TTL_MS",
     "EVENTS_CHANNEL",
     "Fence",

@@ -20,13 +20,14 @@ from sqlalchemy.engine import Connection
 from duplex_es.events import EpochAdvanced, Event, TickIssued, WorldClosed, WorldReset, WorldTickIssued, decode, encode
 from duplex_es.store.chain import GENESIS, event_hash
 from duplex_es.store.database import Database
-from duplex_es.store.ownership import Fence, SessionOwners
+from duplex_es.store.ownership import Fence, OwnershipLost, SessionOwners
 from duplex_es.store.schema import events as events_t
 from duplex_es.store.schema import idempotency as idem_t
 from duplex_es.store.schema import ticks as ticks_t
 
 __all__ = [
     "ANY_SEQ",
+    "AppendRequest",
     "Recorded",
     "RawRecord",
     "AppendResult",
@@ -64,6 +65,17 @@ class RawRecord:
     recorded_at_us: int
     prev_hash: str
     hash: str
+
+
+@attrs.frozen
+class AppendRequest:
+    """One command's append, as :meth:`EventLog.append` takes it (for batches)."""
+
+    session_id: str
+    events: tuple[Event, ...]
+    expected_seq: int
+    idempotency_key: str | None = None
+    fence: Fence | None = None
 
 
 @attrs.frozen
@@ -181,65 +193,131 @@ class EventLog:
         fence: Fence | None = None,
     ) -> AppendResult:
         """:meth:`append` inside a write transaction the caller holds (``Database.write``).
-        Its checks raise before anything is written, so a caller batching several appends in
-        one transaction can go on with the others after one fails."""
-        if fence is not None:
-            SessionOwners.check_in(conn, fence, is_sqlite=self.db.is_sqlite)
-        if idempotency_key is not None:
-            prior = conn.execute(
-                sa.select(idem_t.c.first_seq, idem_t.c.last_seq).where(
-                    idem_t.c.session_id == session_id, idem_t.c.key == idempotency_key
-                )
-            ).first()
-            if prior is not None:
-                rows = self._read_range(conn, session_id, prior.first_seq - 1, prior.last_seq)
-                return AppendResult(tuple(_decode(r) for r in rows), duplicate=True)
+        Its checks raise before anything is written."""
+        request = AppendRequest(session_id, tuple(events), expected_seq, idempotency_key, fence)
+        [outcome] = self.append_batch_in(conn, [request])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
 
-        head = conn.execute(
-            sa.select(events_t.c.seq, events_t.c.hash)
-            .where(events_t.c.session_id == session_id)
+    def append_batch_in(self, conn: Connection, requests: Sequence["AppendRequest"]) -> list["AppendResult | Exception"]:
+        """Several appends in the write transaction the caller holds (group commit), with as
+        few statements as one: the fences, idempotency keys and heads of all the batch's
+        sessions are read in one query each, and all events inserted in one.
+
+        Each request is checked as :meth:`append` checks it, in order — a later request sees
+        the events of earlier ones in the batch — and a refused request writes nothing, so its
+        outcome is the exception (``OwnershipLost``, ``WrongExpectedSeq``) instead of a result
+        while the others go ahead. Database errors propagate (the caller rolls back).
+
+        Returns:
+            one outcome per request, in order: an :class:`AppendResult` or the exception.
+        """
+        sids = list(dict.fromkeys(r.session_id for r in requests))
+        fenced = [r.session_id for r in requests if r.fence is not None]
+        owners = SessionOwners.owners_in(conn, fenced, is_sqlite=self.db.is_sqlite) if fenced else {}
+        keyed = [r for r in requests if r.idempotency_key is not None]
+        known = self._known_keys(conn, keyed) if keyed else {}
+        heads = self._heads(conn, sids)
+
+        outcomes: list[AppendResult | Exception | None] = [None] * len(requests)
+        rows: list[dict] = []
+        spans: list[tuple[int, int, int]] = []  # (request index, first row, end row)
+        new_keys: list[dict] = []
+        repeats: list[tuple[int, int]] = []  # (request index, index of the earlier one)
+        now = _now_us()
+        for i, r in enumerate(requests):
+            if r.fence is not None:
+                owner = owners.get(r.session_id)
+                if owner is None or owner != (r.fence.owner_id, r.fence.generation):
+                    outcomes[i] = OwnershipLost(r.fence, *(owner or (None, None)))
+                    continue
+            if r.idempotency_key is not None and (r.session_id, r.idempotency_key) in known:
+                first, last = known[(r.session_id, r.idempotency_key)]
+                if first is None:  # written earlier in this very batch: answered below
+                    repeats.append((i, last))
+                else:
+                    raw = self._read_range(conn, r.session_id, first - 1, last)
+                    outcomes[i] = AppendResult(tuple(_decode(x) for x in raw), duplicate=True)
+                continue
+            head_seq, prev_hash = heads.get(r.session_id, (0, GENESIS))
+            if r.expected_seq != ANY_SEQ and r.expected_seq != head_seq:
+                outcomes[i] = WrongExpectedSeq(r.session_id, r.expected_seq, head_seq)
+                continue
+            if not r.events:
+                outcomes[i] = AppendResult(())
+                continue
+            first_row = len(rows)
+            for ev in r.events:
+                type_, version, data = encode(ev)
+                head_seq += 1
+                digest = event_hash(prev_hash, r.session_id, head_seq, type_, version, data, now)
+                rows.append(
+                    {
+                        "session_id": r.session_id,
+                        "seq": head_seq,
+                        "type": type_,
+                        "version": version,
+                        "data": data,
+                        "recorded_at_us": now,
+                        "prev_hash": prev_hash,
+                        "hash": digest,
+                        "_event": ev,
+                    }
+                )
+                prev_hash = digest
+            heads[r.session_id] = (head_seq, prev_hash)
+            spans.append((i, first_row, len(rows)))
+            if r.idempotency_key is not None:
+                known[(r.session_id, r.idempotency_key)] = (None, i)
+                new_keys.append(
+                    {"session_id": r.session_id, "key": r.idempotency_key, "first_seq": rows[first_row]["seq"], "last_seq": head_seq}
+                )
+        if rows:
+            params = [{k: v for k, v in row.items() if k != "_event"} for row in rows]
+            positions = conn.execute(
+                events_t.insert().returning(events_t.c.position, sort_by_parameter_order=True), params
+            ).scalars().all()
+            if new_keys:
+                conn.execute(idem_t.insert(), new_keys)
+            for row, pos in zip(rows, positions):
+                row["_position"] = pos
+            for i, a, b in spans:
+                recs = tuple(
+                    Recorded(row["_position"], row["session_id"], row["seq"], row["_event"], now, row["hash"]) for row in rows[a:b]
+                )
+                outcomes[i] = AppendResult(recs)
+            self._mirror_ticks(conn, [rec for i, _, _ in spans for rec in outcomes[i].records])  # type: ignore[union-attr]
+        for i, earlier in repeats:
+            outcomes[i] = AppendResult(outcomes[earlier].records, duplicate=True)  # type: ignore[union-attr]
+        return outcomes  # type: ignore[return-value]
+
+    @staticmethod
+    def _known_keys(conn: Connection, keyed: Sequence["AppendRequest"]) -> dict[tuple[str, str], tuple]:
+        sids = list({r.session_id for r in keyed})
+        keys = list({r.idempotency_key for r in keyed})
+        found = conn.execute(
+            sa.select(idem_t.c.session_id, idem_t.c.key, idem_t.c.first_seq, idem_t.c.last_seq).where(
+                idem_t.c.session_id.in_(sids), idem_t.c.key.in_(keys)
+            )
+        )
+        return {(row.session_id, row.key): (row.first_seq, row.last_seq) for row in found}
+
+    @staticmethod
+    def _heads(conn: Connection, session_ids: Sequence[str]) -> dict[str, tuple[int, str]]:
+        """``{session: (head seq, head hash)}`` for the sessions that have events: one index
+        probe per session, in one statement."""
+        branches = [
+            sa.select(events_t.c.session_id, events_t.c.seq, events_t.c.hash)
+            .where(events_t.c.session_id == sid)
             .order_by(events_t.c.seq.desc())
             .limit(1)
-        ).first()
-        head_seq, prev_hash = (head.seq, head.hash) if head is not None else (0, GENESIS)
-        if expected_seq != ANY_SEQ and expected_seq != head_seq:
-            raise WrongExpectedSeq(session_id, expected_seq, head_seq)
-        if not events:
-            return AppendResult(())
-
-        now = _now_us()
-        rows = []
-        for i, ev in enumerate(events, start=1):
-            type_, version, data = encode(ev)
-            seq = head_seq + i
-            digest = event_hash(prev_hash, session_id, seq, type_, version, data, now)
-            rows.append(
-                {
-                    "session_id": session_id,
-                    "seq": seq,
-                    "type": type_,
-                    "version": version,
-                    "data": data,
-                    "recorded_at_us": now,
-                    "prev_hash": prev_hash,
-                    "hash": digest,
-                }
-            )
-            prev_hash = digest
-        positions = conn.execute(
-            events_t.insert().returning(events_t.c.position, sort_by_parameter_order=True), rows
-        ).scalars().all()
-        if idempotency_key is not None:
-            conn.execute(
-                idem_t.insert().values(
-                    session_id=session_id, key=idempotency_key, first_seq=rows[0]["seq"], last_seq=rows[-1]["seq"]
-                )
-            )
-        records = tuple(
-            Recorded(pos, session_id, row["seq"], ev, now, row["hash"]) for pos, row, ev in zip(positions, rows, events)
-        )
-        self._mirror_ticks(conn, records)
-        return AppendResult(records)
+            .subquery()
+            .select()
+            for sid in session_ids
+        ]
+        q = branches[0] if len(branches) == 1 else sa.union_all(*branches)
+        return {row[0]: (row[1], row[2]) for row in conn.execute(q)}
 
     @staticmethod
     def _mirror_ticks(conn: Connection, records: Iterable[Recorded]) -> None:

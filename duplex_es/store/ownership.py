@@ -7,7 +7,7 @@ of them at a time, recorded in ``session_owners``:
   a different holder (or by the same holder after a restart) raises the session's
   ``generation`` by one and returns a :class:`Fence` carrying it;
 * every append of a command passes its fence, and the log checks it in the append's own
-  transaction (:meth:`SessionOwners.check_in`), so a server that lost the session — a client
+  transaction (:meth:`SessionOwners.owners_in`), so a server that lost the session — a client
   resumed it elsewhere, or its lease ran out while it was stalled — cannot write, whatever it
   still believes (the fencing token of Kleppmann, *Designing Data-Intensive Applications*
   ch. 8, "Fencing tokens");
@@ -22,7 +22,7 @@ claims instead (:mod:`duplex_es.store.ticks`).
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 import attrs
 import sqlalchemy as sa
@@ -176,16 +176,17 @@ class SessionOwners:
             return [r[0] for r in rows]
 
     @staticmethod
-    def check_in(conn: Connection, fence: Fence, *, is_sqlite: bool) -> None:
-        """Inside a write transaction: raise :class:`OwnershipLost` unless ``fence`` is current.
+    def owners_in(conn: Connection, session_ids: Sequence[str], *, is_sqlite: bool) -> dict[str, tuple[str, int]]:
+        """Inside a write transaction: ``{session: (owner_id, generation)}`` for those of
+        ``session_ids`` that have an owner, to check appends' fences against.
 
-        On PostgreSQL the row is share-locked until the transaction ends, so a concurrent
-        :meth:`acquire` waits for this append: the append is ordered before the move, never
+        On PostgreSQL the rows are share-locked until the transaction ends, so a concurrent
+        :meth:`acquire` waits for these appends: an append is ordered before a move, never
         after it.
         """
-        q = sa.select(owners_t.c.owner_id, owners_t.c.generation).where(owners_t.c.session_id == fence.session_id)
+        q = sa.select(owners_t.c.session_id, owners_t.c.owner_id, owners_t.c.generation).where(
+            owners_t.c.session_id.in_(list(dict.fromkeys(session_ids)))
+        )
         if not is_sqlite:
             q = q.with_for_update(read=True)
-        row = conn.execute(q).first()
-        if row is None or row.owner_id != fence.owner_id or row.generation != fence.generation:
-            raise OwnershipLost(fence, row.owner_id if row else None, row.generation if row else None)
+        return {row.session_id: (row.owner_id, row.generation) for row in conn.execute(q)}
