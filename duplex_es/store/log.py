@@ -10,6 +10,7 @@ event did not commit (DESIGN I4).
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Iterable, Sequence
 
@@ -111,6 +112,33 @@ class StoredEventError(Exception):
     def __init__(self, position: int, session_id: str, seq: int, cause: Exception) -> None:
         self.position, self.session_id, self.seq = position, session_id, seq
         super().__init__(f"event at position {position} (session {session_id}, seq {seq}): {cause}")
+
+
+# The append path's statements, built once: building a Core statement per call cost more CPU
+# than executing it (profile of a one-event append, issue 6).
+_HEAD = (
+    sa.select(events_t.c.seq, events_t.c.hash)
+    .where(events_t.c.session_id == sa.bindparam("sid"))
+    .order_by(events_t.c.seq.desc())
+    .limit(1)
+)
+_KNOWN_KEYS = sa.select(idem_t.c.session_id, idem_t.c.key, idem_t.c.first_seq, idem_t.c.last_seq).where(
+    idem_t.c.session_id.in_(sa.bindparam("sids", expanding=True)), idem_t.c.key.in_(sa.bindparam("keys", expanding=True))
+)
+_INSERT_EVENTS = events_t.insert().returning(events_t.c.position, sort_by_parameter_order=True)
+_INSERT_KEYS = idem_t.insert()
+
+
+@functools.lru_cache(maxsize=1024)
+def _heads_of(n: int) -> sa.TextClause:
+    """The heads of ``n`` sessions (bound as ``s0`` … ``s{n-1}``): a UNION ALL of one
+    newest-row index probe per session (a GROUP BY max would read whole sessions)."""
+    return sa.text(
+        " UNION ALL ".join(
+            f"SELECT * FROM (SELECT session_id, seq, hash FROM events WHERE session_id = :s{i} ORDER BY seq DESC LIMIT 1) AS h{i}"
+            for i in range(n)
+        )
+    )
 
 
 def _now_us() -> int:
@@ -275,11 +303,9 @@ class EventLog:
                 )
         if rows:
             params = [{k: v for k, v in row.items() if k != "_event"} for row in rows]
-            positions = conn.execute(
-                events_t.insert().returning(events_t.c.position, sort_by_parameter_order=True), params
-            ).scalars().all()
+            positions = conn.execute(_INSERT_EVENTS, params).scalars().all()
             if new_keys:
-                conn.execute(idem_t.insert(), new_keys)
+                conn.execute(_INSERT_KEYS, new_keys)
             for row, pos in zip(rows, positions):
                 row["_position"] = pos
             for i, a, b in spans:
@@ -294,12 +320,8 @@ class EventLog:
 
     @staticmethod
     def _known_keys(conn: Connection, keyed: Sequence["AppendRequest"]) -> dict[tuple[str, str], tuple]:
-        sids = list({r.session_id for r in keyed})
-        keys = list({r.idempotency_key for r in keyed})
         found = conn.execute(
-            sa.select(idem_t.c.session_id, idem_t.c.key, idem_t.c.first_seq, idem_t.c.last_seq).where(
-                idem_t.c.session_id.in_(sids), idem_t.c.key.in_(keys)
-            )
+            _KNOWN_KEYS, {"sids": list({r.session_id for r in keyed}), "keys": list({r.idempotency_key for r in keyed})}
         )
         return {(row.session_id, row.key): (row.first_seq, row.last_seq) for row in found}
 
@@ -307,17 +329,11 @@ class EventLog:
     def _heads(conn: Connection, session_ids: Sequence[str]) -> dict[str, tuple[int, str]]:
         """``{session: (head seq, head hash)}`` for the sessions that have events: one index
         probe per session, in one statement."""
-        branches = [
-            sa.select(events_t.c.session_id, events_t.c.seq, events_t.c.hash)
-            .where(events_t.c.session_id == sid)
-            .order_by(events_t.c.seq.desc())
-            .limit(1)
-            .subquery()
-            .select()
-            for sid in session_ids
-        ]
-        q = branches[0] if len(branches) == 1 else sa.union_all(*branches)
-        return {row[0]: (row[1], row[2]) for row in conn.execute(q)}
+        if len(session_ids) == 1:
+            row = conn.execute(_HEAD, {"sid": session_ids[0]}).first()
+            return {} if row is None else {session_ids[0]: (row[0], row[1])}
+        params = {f"s{i}": sid for i, sid in enumerate(session_ids)}
+        return {row[0]: (row[1], row[2]) for row in conn.execute(_heads_of(len(session_ids)), params)}
 
     @staticmethod
     def _mirror_ticks(conn: Connection, records: Iterable[Recorded]) -> None:

@@ -38,6 +38,12 @@ __all__ = ["Fence", "OwnershipLost", "SessionOwned", "SessionOwners", "DEFAULT_O
 DEFAULT_OWNER_TTL_MS = 10_000
 
 
+_OWNERS_SQLITE = sa.select(owners_t.c.session_id, owners_t.c.owner_id, owners_t.c.generation).where(
+    owners_t.c.session_id.in_(sa.bindparam("sids", expanding=True))
+)
+_OWNERS_PG = _OWNERS_SQLITE.with_for_update(read=True)
+
+
 def _now_us() -> int:
     return time.time_ns() // 1000
 
@@ -184,9 +190,6 @@ class SessionOwners:
         :meth:`acquire` waits for these appends: an append is ordered before a move, never
         after it.
         """
-        q = sa.select(owners_t.c.session_id, owners_t.c.owner_id, owners_t.c.generation).where(
-            owners_t.c.session_id.in_(list(dict.fromkeys(session_ids)))
-        )
-        if not is_sqlite:
-            q = q.with_for_update(read=True)
-        return {row.session_id: (row.owner_id, row.generation) for row in conn.execute(q)}
+        q = _OWNERS_SQLITE if is_sqlite else _OWNERS_PG
+        rows = conn.execute(q, {"sids": list(dict.fromkeys(session_ids))})
+        return {row.session_id: (row.owner_id, row.generation) for row in rows}
