@@ -184,6 +184,8 @@ class DuplexSessions:
         """
         if session_ids is None:
             session_ids = await asyncio.to_thread(self.log.sessions_without, TERMINAL_EVENT_TYPES)
+            busy = await asyncio.to_thread(self.owners.held_by_others, self.server_id)
+            session_ids = [s for s in session_ids if s not in busy]
         recovered = []
         for session_id in session_ids:
             if session_id in self.hosts:

@@ -175,11 +175,14 @@ class SessionOwners:
             )
             return [r[0] for r in rows]
 
-    def owned_by(self, owner_id: str) -> list[str]:
-        """The sessions ``owner_id`` owns (whatever their lease), for a restarted server."""
+    def held_by_others(self, owner_id: str, *, now_us: Optional[int] = None) -> set[str]:
+        """The sessions another owner holds under a lease still running (not to be taken up)."""
+        now = _now_us() if now_us is None else now_us
         with self.db.read() as conn:
-            rows = conn.execute(sa.select(owners_t.c.session_id).where(owners_t.c.owner_id == owner_id))
-            return [r[0] for r in rows]
+            rows = conn.execute(
+                sa.select(owners_t.c.session_id).where(owners_t.c.owner_id != owner_id, owners_t.c.expires_at_us >= now)
+            )
+            return {r[0] for r in rows}
 
     @staticmethod
     def owners_in(conn: Connection, session_ids: Sequence[str], *, is_sqlite: bool) -> dict[str, tuple[str, int]]:
