@@ -16,14 +16,25 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-__all__ = ["Database", "DatabaseNotFound", "default_url", "resolve_url", "DEFAULT_SQLITE_FILE", "APPEND_LOCK_KEY"]
+__all__ = [
+    "Database",
+    "DatabaseNotFound",
+    "DRIVER_ERRORS",
+    "default_url",
+    "driver_connection",
+    "resolve_url",
+    "DEFAULT_SQLITE_FILE",
+    "APPEND_LOCK_KEY",
+]
 
 #: File name of the embedded default database, created in the working directory.
 DEFAULT_SQLITE_FILE = "duplex_es.db"
@@ -32,8 +43,25 @@ DEFAULT_SQLITE_FILE = "duplex_es.db"
 APPEND_LOCK_KEY = 0x64786573
 
 
+#: What the drivers raise for a statement run on :func:`driver_connection` (SQLAlchemy's own
+#: statements raise ``sqlalchemy.exc.DBAPIError`` instead).
+DRIVER_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, psycopg.Error)
+
+
 class DatabaseNotFound(FileNotFoundError):
     """A SQLite database file (or its folder) that should exist does not."""
+
+
+def driver_connection(conn: Connection) -> Any:
+    """The driver's own connection (``sqlite3.Connection`` or ``psycopg.Connection``) under a
+    SQLAlchemy connection, for the few fixed statements of the append path."""
+    return conn.connection.dbapi_connection
+
+
+def _in_transaction(raw: Any) -> bool:
+    if isinstance(raw, sqlite3.Connection):
+        return raw.in_transaction
+    return raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
 
 
 def default_url() -> str:
@@ -104,7 +132,9 @@ class Database:
                 cur.close()
 
         else:
-            self.engine = sa.create_engine(self.url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
+            # No pre-ping: it costs a round trip per transaction; a connection found broken is
+            # invalidated when its transaction fails, and the caller's retry gets a fresh one.
+            self.engine = sa.create_engine(self.url, isolation_level="AUTOCOMMIT")
 
     def _check_sqlite_path(self, create: bool) -> None:
         name = sa.engine.make_url(self.url).database
@@ -129,9 +159,9 @@ class Database:
     def write(self) -> Iterator[Connection]:
         """A write transaction that appends in global order; commits on exit, rolls back on error."""
         with self._write_lock if self.is_sqlite else contextlib.nullcontext():
-            with self._begin("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN") as conn:
-                if not self.is_sqlite:
-                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(APPEND_LOCK_KEY)))
+            # PostgreSQL: the lock rides in the same round trip as BEGIN (one simple query).
+            begin = "BEGIN IMMEDIATE" if self.is_sqlite else f"BEGIN; SELECT pg_advisory_xact_lock({APPEND_LOCK_KEY})"
+            with self._begin(begin) as conn:
                 yield conn
 
     @contextlib.contextmanager
@@ -147,14 +177,25 @@ class Database:
 
     @contextlib.contextmanager
     def _begin(self, begin_sql: str) -> Iterator[Connection]:
+        # Transaction control goes straight to the driver: it is on every append's path, and
+        # SQLAlchemy's execution machinery cost more than the statements (issue 6 profile).
         with self.engine.connect() as conn:
-            conn.exec_driver_sql(begin_sql)
+            raw = driver_connection(conn)
+            raw.execute(begin_sql)
             try:
                 yield conn
             except BaseException:
-                conn.exec_driver_sql("ROLLBACK")
+                try:
+                    raw.execute("ROLLBACK")
+                except Exception:  # the connection itself is broken: never pool it again
+                    conn.invalidate()
                 raise
-            conn.exec_driver_sql("COMMIT")
+            try:
+                if _in_transaction(raw):  # Alembic, run inside a write, may have committed already
+                    raw.execute("COMMIT")
+            except Exception:
+                conn.invalidate()
+                raise
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:

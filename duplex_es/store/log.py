@@ -10,7 +10,6 @@ event did not commit (DESIGN I4).
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import Iterable, Sequence
 
@@ -20,8 +19,9 @@ from sqlalchemy.engine import Connection
 
 from duplex_es.events import EpochAdvanced, Event, TickIssued, WorldClosed, WorldReset, WorldTickIssued, decode, encode
 from duplex_es.store.chain import GENESIS, event_hash
-from duplex_es.store.database import Database
-from duplex_es.store.ownership import Fence, OwnershipLost, SessionOwners
+from duplex_es.store.appendsql import AppendSql
+from duplex_es.store.database import Database, driver_connection
+from duplex_es.store.ownership import Fence, OwnershipLost
 from duplex_es.store.schema import events as events_t
 from duplex_es.store.schema import idempotency as idem_t
 from duplex_es.store.schema import ticks as ticks_t
@@ -114,33 +114,6 @@ class StoredEventError(Exception):
         super().__init__(f"event at position {position} (session {session_id}, seq {seq}): {cause}")
 
 
-# The append path's statements, built once: building a Core statement per call cost more CPU
-# than executing it (profile of a one-event append, issue 6).
-_HEAD = (
-    sa.select(events_t.c.seq, events_t.c.hash)
-    .where(events_t.c.session_id == sa.bindparam("sid"))
-    .order_by(events_t.c.seq.desc())
-    .limit(1)
-)
-_KNOWN_KEYS = sa.select(idem_t.c.session_id, idem_t.c.key, idem_t.c.first_seq, idem_t.c.last_seq).where(
-    idem_t.c.session_id.in_(sa.bindparam("sids", expanding=True)), idem_t.c.key.in_(sa.bindparam("keys", expanding=True))
-)
-_INSERT_EVENTS = events_t.insert().returning(events_t.c.position, sort_by_parameter_order=True)
-_INSERT_KEYS = idem_t.insert()
-
-
-@functools.lru_cache(maxsize=1024)
-def _heads_of(n: int) -> sa.TextClause:
-    """The heads of ``n`` sessions (bound as ``s0`` … ``s{n-1}``): a UNION ALL of one
-    newest-row index probe per session (a GROUP BY max would read whole sessions)."""
-    return sa.text(
-        " UNION ALL ".join(
-            f"SELECT * FROM (SELECT session_id, seq, hash FROM events WHERE session_id = :s{i} ORDER BY seq DESC LIMIT 1) AS h{i}"
-            for i in range(n)
-        )
-    )
-
-
 def _now_us() -> int:
     return time.time_ns() // 1000
 
@@ -175,6 +148,7 @@ class EventLog:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._sql = AppendSql(db.is_sqlite)
 
     # ---------------------------------------------------------------------------------- writes
 
@@ -241,12 +215,17 @@ class EventLog:
         Returns:
             one outcome per request, in order: an :class:`AppendResult` or the exception.
         """
+        sql, raw = self._sql, driver_connection(conn)
         sids = list(dict.fromkeys(r.session_id for r in requests))
-        fenced = [r.session_id for r in requests if r.fence is not None]
-        owners = SessionOwners.owners_in(conn, fenced, is_sqlite=self.db.is_sqlite) if fenced else {}
+        fenced = list(dict.fromkeys(r.session_id for r in requests if r.fence is not None))
+        owners = sql.owners(raw, fenced) if fenced else {}
         keyed = [r for r in requests if r.idempotency_key is not None]
-        known = self._known_keys(conn, keyed) if keyed else {}
-        heads = self._heads(conn, sids)
+        known: dict[tuple[str, str], tuple] = {}
+        if keyed:
+            known = sql.known_keys(
+                raw, list(dict.fromkeys(r.session_id for r in keyed)), list(dict.fromkeys(r.idempotency_key for r in keyed))  # type: ignore[arg-type]
+            )
+        heads = sql.heads(raw, sids)
 
         outcomes: list[AppendResult | Exception | None] = [None] * len(requests)
         rows: list[dict] = []
@@ -265,8 +244,8 @@ class EventLog:
                 if first is None:  # written earlier in this very batch: answered below
                     repeats.append((i, last))
                 else:
-                    raw = self._read_range(conn, r.session_id, first - 1, last)
-                    outcomes[i] = AppendResult(tuple(_decode(x) for x in raw), duplicate=True)
+                    stored = self._read_range(conn, r.session_id, first - 1, last)
+                    outcomes[i] = AppendResult(tuple(_decode(x) for x in stored), duplicate=True)
                 continue
             head_seq, prev_hash = heads.get(r.session_id, (0, GENESIS))
             if r.expected_seq != ANY_SEQ and r.expected_seq != head_seq:
@@ -302,10 +281,10 @@ class EventLog:
                     {"session_id": r.session_id, "key": r.idempotency_key, "first_seq": rows[first_row]["seq"], "last_seq": head_seq}
                 )
         if rows:
-            params = [{k: v for k, v in row.items() if k != "_event"} for row in rows]
-            positions = conn.execute(_INSERT_EVENTS, params).scalars().all()
+            columns = ("session_id", "seq", "type", "version", "data", "recorded_at_us", "prev_hash", "hash")
+            positions = sql.insert_events(raw, [tuple(row[c] for c in columns) for row in rows])
             if new_keys:
-                conn.execute(_INSERT_KEYS, new_keys)
+                sql.insert_keys(raw, [(k["session_id"], k["key"], k["first_seq"], k["last_seq"]) for k in new_keys])
             for row, pos in zip(rows, positions):
                 row["_position"] = pos
             for i, a, b in spans:
@@ -317,23 +296,6 @@ class EventLog:
         for i, earlier in repeats:
             outcomes[i] = AppendResult(outcomes[earlier].records, duplicate=True)  # type: ignore[union-attr]
         return outcomes  # type: ignore[return-value]
-
-    @staticmethod
-    def _known_keys(conn: Connection, keyed: Sequence["AppendRequest"]) -> dict[tuple[str, str], tuple]:
-        found = conn.execute(
-            _KNOWN_KEYS, {"sids": list({r.session_id for r in keyed}), "keys": list({r.idempotency_key for r in keyed})}
-        )
-        return {(row.session_id, row.key): (row.first_seq, row.last_seq) for row in found}
-
-    @staticmethod
-    def _heads(conn: Connection, session_ids: Sequence[str]) -> dict[str, tuple[int, str]]:
-        """``{session: (head seq, head hash)}`` for the sessions that have events: one index
-        probe per session, in one statement."""
-        if len(session_ids) == 1:
-            row = conn.execute(_HEAD, {"sid": session_ids[0]}).first()
-            return {} if row is None else {session_ids[0]: (row[0], row[1])}
-        params = {f"s{i}": sid for i, sid in enumerate(session_ids)}
-        return {row[0]: (row[1], row[2]) for row in conn.execute(_heads_of(len(session_ids)), params)}
 
     @staticmethod
     def _mirror_ticks(conn: Connection, records: Iterable[Recorded]) -> None:

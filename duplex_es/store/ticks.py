@@ -23,6 +23,7 @@ import attrs
 import sqlalchemy as sa
 
 from duplex_es.events import Event, TickIssued, WorldTickIssued, decode
+from duplex_es.store.database import driver_connection
 from duplex_es.store.log import ANY_SEQ, EventLog, Recorded
 from duplex_es.store.schema import events as events_t
 from duplex_es.store.schema import ticks as ticks_t
@@ -82,41 +83,54 @@ class TickQueue:
             now_us: the current time (µs); defaults to the wall clock.
         """
         now = _now_us() if now_us is None else now_us
-        claimable = sa.or_(
-            ticks_t.c.status == "pending",
-            sa.and_(ticks_t.c.status == "claimed", ticks_t.c.claimed_until_us < now),
-        )
-        q = (
-            sa.select(ticks_t.c.request_id, ticks_t.c.session_id, ticks_t.c.seq, ticks_t.c.kind, ticks_t.c.attempts)
-            .where(claimable, ticks_t.c.kind.in_(tuple(kinds)))
-            .order_by(ticks_t.c.position)
-            .limit(1)
-        )
-        # An idle worker polls often: look before taking SQLite's write lock.
-        with self.db.read() as conn:
-            if conn.execute(q).first() is None:
-                return None
-        if not self.db.is_sqlite:
-            q = q.with_for_update(skip_locked=True)
-        with self.db.transaction() as conn:
-            row = conn.execute(q).first()
-            if row is None:
-                return None
-            token = secrets.token_hex(16)
-            until = now + ttl_ms * 1000
-            conn.execute(
-                ticks_t.update()
-                .where(ticks_t.c.request_id == row.request_id)
-                .values(status="claimed", claim_token=token, claimed_by=worker_id, claimed_until_us=until, attempts=row.attempts + 1)
-            )
-            ev_row = conn.execute(
-                sa.select(events_t.c.type, events_t.c.version, events_t.c.data).where(
-                    events_t.c.session_id == row.session_id, events_t.c.seq == row.seq
-                )
-            ).one()
-        tick = decode(*ev_row)
-        assert isinstance(tick, (TickIssued, WorldTickIssued)), f"ticks row {row.request_id} points at a {tick.TYPE}"
-        return Claim(row.request_id, row.session_id, row.seq, row.kind, token, until, row.attempts + 1, tick)
+        token = secrets.token_hex(16)
+        until = now + ttl_ms * 1000
+        kinds = tuple(kinds)
+        marks = ", ".join("?" * len(kinds))
+        pick = f"""SELECT request_id FROM ticks
+                   WHERE (status = 'pending' OR (status = 'claimed' AND claimed_until_us < ?)) AND kind IN ({marks})
+                   ORDER BY position LIMIT 1"""
+        params = (token, worker_id, until, now, *kinds)
+        if self.db.is_sqlite:
+            # An idle worker polls often: look before taking SQLite's write lock. SQLite's
+            # RETURNING cannot name the FROM table, so the tick's event is a second statement.
+            with self.db.read() as conn:
+                if driver_connection(conn).execute(pick, (now, *kinds)).fetchone() is None:
+                    return None
+            with self.db.write() as conn:
+                raw = driver_connection(conn)
+                claimed = raw.execute(
+                    f"""UPDATE ticks SET status = 'claimed', claim_token = ?, claimed_by = ?, claimed_until_us = ?,
+                            attempts = attempts + 1
+                        WHERE request_id = ({pick})
+                        RETURNING request_id, session_id, seq, kind, attempts""",
+                    params,
+                ).fetchone()
+                row = None
+                if claimed is not None:
+                    ev = raw.execute(
+                        "SELECT type, version, data FROM events WHERE session_id = ? AND seq = ?", (claimed[1], claimed[2])
+                    ).fetchone()
+                    row = (*claimed, *ev)
+        else:
+            # One autocommit round trip picks, claims and reads the tick; the pick runs under
+            # FOR UPDATE SKIP LOCKED, so concurrent workers never wait on, or take, each
+            # other's tick (reference/event-store-anchors.md §C.1).
+            sql = f"""UPDATE ticks SET status = 'claimed', claim_token = %s, claimed_by = %s, claimed_until_us = %s,
+                          attempts = ticks.attempts + 1
+                      FROM events
+                      WHERE ticks.request_id = ({pick.replace("?", "%s")} FOR UPDATE SKIP LOCKED)
+                        AND events.session_id = ticks.session_id AND events.seq = ticks.seq
+                      RETURNING ticks.request_id, ticks.session_id, ticks.seq, ticks.kind, ticks.attempts,
+                                events.type, events.version, events.data"""
+            with self.db.engine.connect() as conn:
+                row = driver_connection(conn).execute(sql, params).fetchone()
+        if row is None:
+            return None
+        request_id, session_id, seq, kind, attempts, type_, version, data = row
+        tick = decode(type_, version, data)
+        assert isinstance(tick, (TickIssued, WorldTickIssued)), f"ticks row {request_id} points at a {tick.TYPE}"
+        return Claim(request_id, session_id, seq, kind, token, until, attempts, tick)
 
     def extend(self, claim: Claim, *, ttl_ms: int, now_us: int | None = None) -> Claim:
         """Push the claim's expiry to ``now + ttl_ms``.

@@ -31,6 +31,7 @@ import sqlalchemy as sa
 from prometheus_client import Histogram
 
 from duplex_es.events import Event
+from duplex_es.store.database import DRIVER_ERRORS
 from duplex_es.store.log import AppendRequest, AppendResult, EventLog
 from duplex_es.store.ownership import Fence
 
@@ -154,7 +155,7 @@ class GroupCommitWriter:
         try:
             with self.log.db.write() as conn:
                 outcomes = self.log.append_batch_in(conn, [r.append for r in batch])
-        except sa.exc.DBAPIError as exc:
+        except (sa.exc.DBAPIError, *DRIVER_ERRORS) as exc:
             if len(batch) == 1:
                 batch[0].future.set_exception(exc)
                 return
