@@ -82,6 +82,9 @@ class LogFollower:
                     host = live.get(sid)
                     if host is not None and seq > host.state.seq:
                         asyncio.create_task(self._wake(host))
+                # Most rows are this server's own appends: under load, polling back to back
+                # would spend a core re-reading them. One look per interval is enough.
+                await asyncio.sleep(self.poll_ms / 1000)
             elif self._wakeup.listens:
                 await asyncio.to_thread(self._wakeup.wait, max(self.poll_ms, PG_FALLBACK_POLL_MS) / 1000)
             else:
