@@ -19,6 +19,9 @@ __all__ = ["LogFollower"]
 log = logging.getLogger(__name__)
 
 
+#: How many times a host whose catch-up failed is woken again (backing off up to 2 s).
+WAKE_RETRIES = 10
+
 #: How long an idle follower that listens for notifications (PostgreSQL) waits at most, in ms.
 PG_FALLBACK_POLL_MS = 100
 
@@ -92,7 +95,15 @@ class LogFollower:
 
     @staticmethod
     async def _wake(host: SessionHost) -> None:
-        try:
-            await host.catch_up()
-        except Exception:
-            log.exception("session %s: catch-up failed", host.session_id)
+        # The follower has moved past these events, so a failed catch-up (the database
+        # dropped the connection while the host appended its next tick, say) is retried here:
+        # otherwise the session would sit still until its client sent something.
+        for attempt in range(WAKE_RETRIES):
+            try:
+                await host.catch_up()
+                return
+            except Exception:
+                log.exception("session %s: catch-up failed (attempt %d of %d)", host.session_id, attempt + 1, WAKE_RETRIES)
+                if host.ended.is_set() or host.moved is not None:
+                    return
+                await asyncio.sleep(min(0.05 * 2**attempt, 2.0))

@@ -14,7 +14,7 @@ import logging
 import random
 import secrets
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Optional
+from typing import Any, AsyncIterator, Callable, Iterable, Optional, Protocol
 
 from prometheus_client import Counter, Histogram
 
@@ -32,6 +32,7 @@ from duplex_es.domain import (
     evolve,
 )
 from duplex_es.domain.commands import Command
+from duplex_es.domain.lease import resume_events
 from duplex_es.domain.world import WorldState, next_tick_due_ms
 from duplex_es.events import (
     CommandRejected,
@@ -46,7 +47,7 @@ from duplex_es.protocol import project, split_server_event_seq
 from duplex_es.snapshots import load_state, save_snapshot
 from duplex_es.store import EventLog, Fence, GroupCommitWriter, OwnershipLost, Recorded, SnapshotStore, WrongExpectedSeq
 
-__all__ = ["SessionHost", "SessionMoved", "new_id", "now_ms"]
+__all__ = ["Acquirer", "SessionHost", "SessionMoved", "new_id", "now_ms"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,20 @@ MAX_RETRIES = 50
 MAX_REPLAY_EVENTS = 20_000
 
 _END = object()
+
+
+class Acquirer(Protocol):
+    """Moves a session's ownership to this process (see :meth:`SessionHost.take_over`)."""
+
+    async def observe(self) -> int:
+        """The session's current ownership generation (0: no owner)."""
+
+    async def take(self, observed: int) -> Fence:
+        """Take the session if its generation is still ``observed``.
+
+        Raises:
+            SessionMoved: it is not.
+        """
 
 
 class SessionMoved(Exception):
@@ -212,7 +227,7 @@ class SessionHost:
         command: Resume,
         last_server_event_seq: Optional[int],
         token: Optional[str] = None,
-        acquire: Optional[Callable[[], Awaitable[Fence]]] = None,
+        owner: Optional["Acquirer"] = None,
     ) -> Recorded:
         """Resume the session for a new listener, atomically with its catch-up.
 
@@ -225,17 +240,26 @@ class SessionHost:
         missed or doubled between the replay and the live stream: both happen under the lock.
 
         ``token`` is the plain resume token whose digest is ``command.new_token_hash``: the new
-        listener's ``session.resumed`` carries it. ``acquire`` takes the session's ownership
-        for this process (it may live on another server); it runs under the session's lock,
-        so no command of this process can be caught between the move and its new fence.
+        listener's ``session.resumed`` carries it. ``owner`` moves the session's ownership to
+        this process (it may live on another server), under the session's lock so no command
+        of this process is caught between the move and its new fence — and only for a resume
+        the domain accepts on the state caught up after the ownership was read, taken by a
+        compare-and-swap on that generation: a resume refused, or one that lost a race with a
+        resume on another server, moves nothing.
 
         Returns:
             the logged ``session.resumed`` or ``command.rejected`` (then nothing else changed).
+
+        Raises:
+            SessionMoved: another server moved the session while this resume was deciding.
         """
         async with self._lock:
-            if acquire is not None:
-                self.fence = await acquire()
-                self.moved = None
+            if owner is not None:
+                observed = await owner.observe()
+                await self._catch_up(adopt=True)
+                if not isinstance(resume_events(command, self.state)[0], CommandRejected):
+                    self.fence = await owner.take(observed)
+                    self.moved = None
             await self._catch_up(adopt=True)
             if token is not None and command.new_token_hash is not None:
                 self._reveal = (command.new_token_hash, token)

@@ -19,7 +19,6 @@ from typing import Optional
 import attrs
 
 from duplex_es.domain import Code, Detach, OpenSession, Resume
-from duplex_es.domain.lease import resume_events
 from duplex_es.domain.world import StartWorld, WorldState
 from duplex_es.events import CommandRejected, SessionClosed, SessionExpired, WorldClosed
 from duplex_es.server.follower import LogFollower
@@ -42,6 +41,10 @@ log = logging.getLogger(__name__)
 
 #: The log events after which a session takes no more commands.
 TERMINAL_EVENT_TYPES = (SessionClosed.TYPE, SessionExpired.TYPE, WorldClosed.TYPE)
+
+#: Bounds of the ownership lease (ms): renewed every third of it, so it must outlast a few
+#: database round trips; a day is longer than anyone waits for a dead server's sessions.
+MIN_OWNER_TTL_MS, MAX_OWNER_TTL_MS = 300, 86_400_000
 
 #: The model name a session gets when the client names none.
 DEFAULT_MODEL = "duplex-es-echo"
@@ -77,6 +80,26 @@ def _kind(state: object) -> str:
     return "world" if isinstance(state, WorldState) else "speech"
 
 
+@attrs.frozen
+class _Acquire:
+    """:class:`~duplex_es.server.host.Acquirer` for one session of one :class:`DuplexSessions`."""
+
+    sessions: "DuplexSessions"
+    session_id: str
+
+    async def observe(self) -> int:
+        current = await asyncio.to_thread(self.sessions.owners.current, self.session_id)
+        return 0 if current is None else current[0].generation
+
+    async def take(self, observed: int) -> Fence:
+        try:
+            return await asyncio.to_thread(
+                self.sessions.owners.acquire, self.session_id, self.sessions.server_id, take_over=True, expected_generation=observed
+            )
+        except SessionOwned as owned:
+            raise SessionMoved(self.session_id, f"moved to {owned.owner_id or 'nobody'} while this resume was deciding") from owned
+
+
 class DuplexSessions:
     """Sessions served by this process.
 
@@ -108,6 +131,8 @@ class DuplexSessions:
         owner_ttl_ms: int = DEFAULT_OWNER_TTL_MS,
         group_commit_window_ms: float = 0.0,
     ) -> None:
+        if not MIN_OWNER_TTL_MS <= owner_ttl_ms <= MAX_OWNER_TTL_MS:
+            raise ValueError(f"owner_ttl_ms must be {MIN_OWNER_TTL_MS}..{MAX_OWNER_TTL_MS}, got {owner_ttl_ms}")
         self.server_id = server_id or default_server_id()
         self.log = EventLog(db)
         self.owners = SessionOwners(db, ttl_ms=owner_ttl_ms)
@@ -300,19 +325,16 @@ class DuplexSessions:
             new_token_hash=token_digest(token),
             last_server_event_seq=last_server_event_seq,
         )
-        # The session moves here only for a resume the domain would accept: a wrong token must
-        # not take a session away from the server its client is attached to.
-        acquire = None
-        if not isinstance(resume_events(command, host.state)[0], CommandRejected):
-
-            async def acquire() -> Fence:
-                return await asyncio.to_thread(self.owners.acquire, session_id, self.server_id, take_over=True)
-
+        # The session moves here only for a resume the domain accepts: a wrong token, or a
+        # resume that lost a race, must not take a session away from the server its client is
+        # attached to (take_over decides under the session's lock with a CAS on ownership).
         try:
-            outcome = await host.take_over(command, last_server_event_seq, token, acquire)
+            outcome = await host.take_over(command, last_server_event_seq, token, _Acquire(self, session_id))
         except SessionMoved as moved:
             raise ResumeRefused(Code.RESUME_CONFLICT, f"{moved}; resume again", "session_id") from moved
         if isinstance(outcome.event, CommandRejected):
+            if host.fence is not None and host.moved is None and host.state.open:
+                self.hosts[session_id] = host  # owned here: never leave it unhosted
             raise ResumeRefused(outcome.event.code, outcome.event.message, outcome.event.param)
         self.hosts[session_id] = host
         return host

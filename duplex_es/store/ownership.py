@@ -91,25 +91,42 @@ class SessionOwners:
         self.db = db
         self.ttl_ms = ttl_ms
 
-    def acquire(self, session_id: str, owner_id: str, *, take_over: bool = False, now_us: Optional[int] = None) -> Fence:
+    def acquire(
+        self,
+        session_id: str,
+        owner_id: str,
+        *,
+        take_over: bool = False,
+        expected_generation: Optional[int] = None,
+        now_us: Optional[int] = None,
+    ) -> Fence:
         """Make ``owner_id`` the session's owner and return its new fence.
 
         The generation rises by one on every call (a restarted server reusing its id fences out
         its own former incarnation too). A session owned by another holder whose lease has not
         run out is taken only with ``take_over`` (a resume).
 
+        Args:
+            expected_generation: take the session only if its generation is still this (0: it
+                has no owner row) — a compare-and-swap, so a resume decided on what it read
+                cannot overrule a move that happened since.
+
         Raises:
-            SessionOwned: another live owner holds it and ``take_over`` is false.
+            SessionOwned: another live owner holds it and ``take_over`` is false, or the
+                generation is no longer ``expected_generation``.
         """
         now = _now_us() if now_us is None else now_us
         until = now + self.ttl_ms * 1000
         insert = (postgresql.insert if not self.db.is_sqlite else sqlite.insert)(owners_t)
         with self.db.transaction() as conn:
-            created = conn.execute(
-                insert.values(session_id=session_id, owner_id=owner_id, generation=1, expires_at_us=until)
-                .on_conflict_do_nothing(index_elements=["session_id"])
-                .returning(owners_t.c.generation)
-            ).first()
+            if expected_generation not in (None, 0):
+                created = None
+            else:
+                created = conn.execute(
+                    insert.values(session_id=session_id, owner_id=owner_id, generation=1, expires_at_us=until)
+                    .on_conflict_do_nothing(index_elements=["session_id"])
+                    .returning(owners_t.c.generation)
+                ).first()
             if created is not None:
                 return Fence(session_id, owner_id, 1)
             q = sa.select(owners_t.c.owner_id, owners_t.c.generation, owners_t.c.expires_at_us).where(
@@ -117,7 +134,11 @@ class SessionOwners:
             )
             if not self.db.is_sqlite:
                 q = q.with_for_update()
-            row = conn.execute(q).one()
+            row = conn.execute(q).first()
+            if row is None:  # released meanwhile (the session ended): nothing to take
+                raise SessionOwned(session_id, "", 0)
+            if expected_generation is not None and row.generation != expected_generation:
+                raise SessionOwned(session_id, row.owner_id, row.expires_at_us)
             if row.owner_id != owner_id and row.expires_at_us >= now and not take_over:
                 raise SessionOwned(session_id, row.owner_id, row.expires_at_us)
             generation = row.generation + 1
