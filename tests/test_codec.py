@@ -69,3 +69,19 @@ def test_an_upcaster_turns_an_old_shape_into_the_current_one(monkeypatch):
     assert ev.engine == "legacy-v1" and ev.chunk_index == 2 and ev.marks == (Mark(text_chars=1, audio_ms=5),)
     with pytest.raises(ValueError):
         register_upcaster("tick.output", 1, lambda d: d)
+
+
+def test_a_config_stored_before_acknowledge_appends_existed_decodes_with_it_off():
+    """Adding a field with a default to a logged value class needs no version bump: rows
+    written before it lack the key and decode with the default (and their stored bytes, which
+    the hash chain covers, are never re-encoded)."""
+    from duplex_es.events import SessionOpened, SessionUpdated
+
+    config = {"input_format": {"rate": 24000, "type": "audio/pcm"}, "instructions": "", "model": "m",
+              "output_format": {"rate": 24000, "type": "audio/pcm"}, "output_modalities": ["audio"],
+              "transcript_on_truncate": "heard_prefix", "turn_detection": None, "voice": "alloy"}
+    opened = decode("session.opened", 1, json.dumps({"session_id": "s", "config": config, "resume_token_hash": None}))
+    updated = decode("session.updated", 1, json.dumps({"client_event_id": "e", "config": config, "model_relevant": False}))
+    assert isinstance(opened, SessionOpened) and isinstance(updated, SessionUpdated)
+    assert opened.config.acknowledge_appends is False and updated.config.acknowledge_appends is False
+    assert (SessionOpened.VERSION, SessionUpdated.VERSION) == (1, 1)

@@ -7,6 +7,8 @@ import itertools
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.realtime import RealtimeServerEvent
 from pydantic import TypeAdapter
 
@@ -238,3 +240,58 @@ def test_items_open_empty_and_done_events_carry_everything_generated():
     assert done == ["Alpha one.", "Bravo two."]
     items = [w["item"]["content"][0]["transcript"] for w in wires if w["type"] == "conversation.item.done" and w["item"]["role"] == "assistant"]
     assert items == ["", ""]  # the history: nothing was heard
+
+
+def test_acknowledge_appends_is_a_boolean_session_option_and_acks_are_projected_only_when_on():
+    from duplex_es.domain import AppendAudio as Append, SessionPatch, SessionState, evolve
+
+    cmd = parse({"type": "session.update", "session": {"duplex": {"acknowledge_appends": True}}})
+    assert isinstance(cmd, UpdateSession) and cmd.patch.acknowledge_appends is True
+    for value in ("true", 1, None, []):
+        bad = parse({"type": "session.update", "event_id": "e", "session": {"duplex": {"acknowledge_appends": value}}})
+        assert isinstance(bad, Invalid) and (bad.code, bad.param, bad.event_id) == (Code.INVALID_EVENT, "session.duplex.acknowledge_appends", "e")
+    h = Harness.open()
+    [rejected] = h.run(UpdateSession(event_id="api", patch=SessionPatch(acknowledge_appends="yes")))  # the Python API
+    assert rejected.TYPE == "command.rejected" and rejected.param == "session.duplex.acknowledge_appends"
+    raw = base64.b64encode(b"\x01\x00" * 480).decode()  # 20 ms at 24 kHz
+    h.run(Append(event_id="off", audio=raw, nbytes=960))
+    h.run(UpdateSession(patch=SessionPatch(acknowledge_appends=True)))
+    h.run(Append(event_id="on", audio=raw, nbytes=960))
+    h.run(Append(audio=raw, nbytes=960))
+    state, acks = SessionState(), []
+    for seq, ev in h.log:
+        after = evolve(state, seq, ev)
+        acks += [w for w in project(state, seq, ev, after) if w["type"] == "input_audio_buffer.appended"]
+        state = after
+    assert [(a["client_event_id"], a["audio_start_ms"], a["audio_end_ms"]) for a in acks] == [("on", 20, 40), (None, 40, 60)]
+    assert "input_audio_buffer.appended" in EXTENSION_EVENT_TYPES
+
+
+_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
+
+
+def _reference_strict_b64(text: str):
+    """The definition: decodable with the alphabet checked, and the canonical encoding of
+    its bytes."""
+    import binascii
+
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw if base64.b64encode(raw).decode("ascii") == text else None
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.one_of(
+    st.text(alphabet=_B64, max_size=16),
+    st.text(alphabet=_B64 + " \n\t-_:.\x00é", max_size=12),
+    st.binary(max_size=40).map(lambda b: base64.b64encode(b).decode()),
+    st.tuples(st.binary(min_size=1, max_size=40), st.integers(0, 200), st.sampled_from(list(_B64 + " \n-_"))).map(
+        lambda t: (lambda e: e[: t[1] % len(e)] + t[2] + e[t[1] % len(e) + 1 :])(base64.b64encode(t[0]).decode())
+    ),
+))
+def test_the_fast_strict_base64_check_agrees_with_its_definition(text):
+    from duplex_es.protocol.inbound import strict_b64decode
+
+    assert strict_b64decode(text) == _reference_strict_b64(text)

@@ -105,6 +105,7 @@ class SessionPatch:
     output_format: object = UNSET  # AudioFormat
     turn_detection: object = UNSET  # None | dict
     transcript_on_truncate: object = UNSET
+    acknowledge_appends: object = UNSET  # bool
 
 
 @attrs.frozen(kw_only=True)

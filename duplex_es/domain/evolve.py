@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import Iterable
 
-import attrs
-
 # Importing the concern modules registers their evolvers.
 from duplex_es.domain import input as _input, items as _items, lease as _lease, lifecycle as _lifecycle  # noqa: F401
 from duplex_es.domain import playback as _playback, responses as _responses  # noqa: F401
+from duplex_es.domain.replace import replace
 from duplex_es.domain.world import WorldState
 from duplex_es.domain.rules import evolver
 from duplex_es.domain.state import SessionState
@@ -36,7 +35,9 @@ def evolve(state: SessionState | WorldState, seq: int, event: Event) -> SessionS
     """
     if isinstance(event, WorldStarted) and state.status == "new" and not isinstance(state, WorldState):
         state = WorldState()
-    return attrs.evolve(evolver(event, state, seq), seq=seq)
+    new = evolver(event, state, seq)
+    # An evolver on the hot path sets ``seq`` in the copy it makes anyway (one copy, not two).
+    return new if new.seq == seq else replace(new, seq=seq)
 
 
 def fold(events: Iterable[tuple[int, Event]], state: SessionState | WorldState | None = None) -> SessionState | WorldState:

@@ -17,13 +17,12 @@ from __future__ import annotations
 import base64
 from typing import Optional
 
-import attrs
-
 from duplex_es.audio import decode_to_pcm16
 from duplex_es.domain.audio import ms_of, samples_of
 from duplex_es.domain.commands import AppendAudio, AppendText, CancelInput, ClearInput, Commit, CreateResponse, VadIds
 from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_BUFFER_MS, MAX_INPUT_TEXT_CHARS, MIN_COMMIT_MS
+from duplex_es.domain.replace import replace
 from duplex_es.domain.responses import cancel_events, retire_frozen, start_response
 from duplex_es.domain.rules import decider, evolver, put_item, reject
 from duplex_es.domain.state import InputBuffer, Item, SessionState
@@ -43,6 +42,8 @@ from duplex_es.events import (
 
 __all__ = ["commit_events", "end_speech", "split_segments"]
 
+_NO_VAD = VadState()  # immutable: one instance serves every append without VAD
+
 
 def split_segments(segments: tuple[AudioSegment, ...], samples: int) -> tuple[tuple[AudioSegment, ...], tuple[AudioSegment, ...]]:
     """Cut a run of segments after its first ``samples`` samples: ``(head, tail)``."""
@@ -54,8 +55,8 @@ def split_segments(segments: tuple[AudioSegment, ...], samples: int) -> tuple[tu
             head.append(seg)
             left -= seg.samples
         elif left > 0:
-            head.append(attrs.evolve(seg, samples=left))
-            tail.append(attrs.evolve(seg, offset=seg.offset + left, samples=seg.samples - left))
+            head.append(replace(seg, samples=left))
+            tail.append(replace(seg, offset=seg.offset + left, samples=seg.samples - left))
             left = 0
         else:
             tail.append(seg)
@@ -126,13 +127,13 @@ def _(cmd: AppendAudio, state: SessionState) -> list[Event]:
     before = state.vad
     frame = max(1, fmt.rate * FRAME_MS // 1000)
     if before.frame_fill != state.input_clock % frame:  # VAD was off: re-align frames to the clock
-        before = attrs.evolve(before, frame_fill=state.input_clock % frame, frame_energy=0.0)
+        before = replace(before, frame_fill=state.input_clock % frame, frame_energy=0.0)
     vad, transitions = detect(before, pcm, state.input_clock, fmt.rate, td, buffer_start)
     ids = cmd.vad_ids
     # Each utterance in one append needs its own item id; later ones derive from the first.
     fresh = iter([ids.item_id] + [f"{ids.item_id}_{n}" for n in range(1, len(transitions) + 1)])
     events: list[Event] = [appended]
-    trial = _fold(state, events)
+    trial = _fold(state, events) if transitions else state  # what the transitions are decided on
     current = state.vad.item_id
     for t in transitions:
         if t.kind == "started":
@@ -159,7 +160,7 @@ def _(cmd: AppendAudio, state: SessionState) -> list[Event]:
         trial = _fold(trial, batch)
         events += [e for e in batch if e.TYPE != "command.rejected"]
     # The logged VAD state names the utterance still in progress at the end of the append.
-    events[0] = attrs.evolve(appended, vad=attrs.evolve(vad, item_id=current if vad.speaking else None))
+    events[0] = replace(appended, vad=replace(vad, item_id=current if vad.speaking else None))
     return events
 
 
@@ -208,22 +209,22 @@ def _buffered(state: SessionState) -> tuple[int, ...]:
 def _(ev: AudioAppended, state: SessionState, seq: int) -> SessionState:
     buf = state.buffer
     start = buf.start_sample if not buf.empty else ev.start_sample
-    buf = attrs.evolve(
+    buf = replace(
         buf,
         segments=buf.segments + (AudioSegment(seq=seq, offset=0, samples=ev.samples),),
         append_seqs=buf.append_seqs + (seq,),
         samples=buf.samples + ev.samples,
         start_sample=start,
     )
-    return attrs.evolve(state, buffer=buf, input_clock=state.input_clock + ev.samples, vad=ev.vad or VadState())
+    return replace(state, buffer=buf, input_clock=state.input_clock + ev.samples, vad=ev.vad or _NO_VAD, seq=seq)
 
 
 @evolver.register
 def _(ev: TextAppended, state: SessionState, seq: int) -> SessionState:
     buf = state.buffer
     start = buf.start_sample if not buf.empty else state.input_clock
-    buf = attrs.evolve(buf, text_seqs=buf.text_seqs + (seq,), text=buf.text + ev.text, start_sample=start)
-    return attrs.evolve(state, buffer=buf)
+    buf = replace(buf, text_seqs=buf.text_seqs + (seq,), text=buf.text + ev.text, start_sample=start)
+    return replace(state, buffer=buf)
 
 
 @evolver.register
@@ -234,12 +235,12 @@ def _(ev: SpeechStarted, state: SessionState, seq: int) -> SessionState:
 @evolver.register
 def _(ev: SpeechStopped, state: SessionState, seq: int) -> SessionState:
     # Ends speech wherever it came from: VAD (already not speaking) or a commit / clear / cancel.
-    return attrs.evolve(state, vad=attrs.evolve(state.vad, speaking=False, voiced_run=0, silence_run=0, item_id=None))
+    return replace(state, vad=replace(state.vad, speaking=False, voiced_run=0, silence_run=0, item_id=None))
 
 
 @evolver.register
 def _(ev: ResponseDeferred, state: SessionState, seq: int) -> SessionState:
-    return attrs.evolve(state, deferred_response=ev)
+    return replace(state, deferred_response=ev)
 
 
 @evolver.register
@@ -262,10 +263,10 @@ def _(ev: InputCommitted, state: SessionState, seq: int) -> SessionState:
         samples=state.buffer.samples - ev.samples,
         start_sample=state.buffer.start_sample + ev.samples,
     )
-    state = attrs.evolve(state, buffer=buffer, unapplied=state.unapplied + (seq,), last_commit_seq=seq)
+    state = replace(state, buffer=buffer, unapplied=state.unapplied + (seq,), last_commit_seq=seq)
     return retire_frozen(put_item(state, item))
 
 
 @evolver.register
 def _(ev: InputCleared, state: SessionState, seq: int) -> SessionState:
-    return attrs.evolve(state, buffer=InputBuffer(), vad=VadState(frame_fill=state.vad.frame_fill, frame_energy=state.vad.frame_energy))
+    return replace(state, buffer=InputBuffer(), vad=VadState(frame_fill=state.vad.frame_fill, frame_energy=state.vad.frame_energy))

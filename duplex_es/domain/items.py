@@ -8,12 +8,11 @@ rule). Truncation is idempotent, works on incomplete items and after later turns
 
 from __future__ import annotations
 
-import attrs
-
 from duplex_es.domain.commands import ROOT, CreateItem, DeleteItem, RetrieveItem, TruncateItem
 from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_BUFFER_MS, MAX_INPUT_TEXT_CHARS
 from duplex_es.domain.playback import history_transcript, maybe_release, refresh_transcripts
+from duplex_es.domain.replace import replace
 from duplex_es.domain.rules import decider, evolver, put_item, put_response, reject
 from duplex_es.domain.state import Item, SessionState
 from duplex_es.domain.responses import retire_frozen
@@ -150,15 +149,15 @@ def _(ev: ItemCreated, state: SessionState, seq: int) -> SessionState:
             audio_format=fmt,
         )
     state = put_item(state, item, after=ev.previous_item_id)
-    state = attrs.evolve(state, unapplied=state.unapplied + (seq,))
+    state = replace(state, unapplied=state.unapplied + (seq,))
     if ev.role == "user":
-        state = retire_frozen(attrs.evolve(state, last_commit_seq=seq))
+        state = retire_frozen(replace(state, last_commit_seq=seq))
     return state
 
 
 @evolver.register
 def _(ev: ItemDeleted, state: SessionState, seq: int) -> SessionState:
-    return attrs.evolve(
+    return replace(
         state,
         items={k: v for k, v in state.items.items() if k != ev.item_id},
         item_order=tuple(i for i in state.item_order if i != ev.item_id),
@@ -175,12 +174,12 @@ def _(ev: ItemRetrieved, state: SessionState, seq: int) -> SessionState:
 def _(ev: ItemTruncated, state: SessionState, seq: int) -> SessionState:
     item = state.items[ev.item_id]
     cap = ev.audio_end_ms if item.truncated_ms is None else min(item.truncated_ms, ev.audio_end_ms)
-    item = attrs.evolve(item, truncated_ms=cap, transcript_removed=item.transcript_removed or ev.remove_transcript)
+    item = replace(item, truncated_ms=cap, transcript_removed=item.transcript_removed or ev.remove_transcript)
     state = put_item(state, item)
     resp = state.responses.get(item.response_id) if item.response_id else None
     if resp is not None:
         end = item.offset_ms + cap
-        resp = attrs.evolve(
+        resp = replace(
             resp,
             committed_ms=min(resp.committed_ms, end),
             cap_ms=end if resp.cap_ms is None else min(resp.cap_ms, end),
@@ -188,5 +187,5 @@ def _(ev: ItemTruncated, state: SessionState, seq: int) -> SessionState:
         state = refresh_transcripts(put_response(state, resp), resp.id)
         state = maybe_release(state, resp.id)
     else:
-        state = put_item(state, attrs.evolve(item, transcript=history_transcript(item, None)))
-    return attrs.evolve(state, unapplied=state.unapplied + (seq,)) if ev.in_conversation else state
+        state = put_item(state, replace(item, transcript=history_transcript(item, None)))
+    return replace(state, unapplied=state.unapplied + (seq,)) if ev.in_conversation else state

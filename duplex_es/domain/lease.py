@@ -12,10 +12,9 @@ from __future__ import annotations
 import hmac
 from typing import Any
 
-import attrs
-
 from duplex_es.domain.commands import Expire, Resume
 from duplex_es.domain.errors import Code
+from duplex_es.domain.replace import replace
 from duplex_es.domain.rules import evolver, reject
 from duplex_es.domain.state import Lease
 from duplex_es.events import Event, SessionDetached, SessionResumed
@@ -72,12 +71,12 @@ def grace_still_running_out(cmd: Expire, lease: Lease) -> bool:
 
 def with_token(state: HasLease, token_hash: str | None) -> HasLease:
     """``state`` whose lease holds the resume token digest a session was opened with."""
-    return attrs.evolve(state, lease=attrs.evolve(state.lease, token_hash=token_hash))
+    return replace(state, lease=replace(state.lease, token_hash=token_hash))
 
 
 @evolver.register
 def _(ev: SessionDetached, state: HasLease, seq: int) -> HasLease:
-    return attrs.evolve(state, lease=attrs.evolve(state.lease, detached_at_ms=ev.at_ms))
+    return replace(state, lease=replace(state.lease, detached_at_ms=ev.at_ms))
 
 
 @evolver.register
@@ -95,4 +94,4 @@ def _(ev: SessionResumed, state: HasLease, seq: int) -> HasLease:
         retired_token_hashes=retired,
         detached_total_ms=old.detached_total_ms + away,
     )
-    return attrs.evolve(state, lease=lease)
+    return replace(state, lease=lease)

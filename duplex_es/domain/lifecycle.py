@@ -18,6 +18,7 @@ from duplex_es.domain.errors import Code
 from duplex_es.domain.input import end_speech
 from duplex_es.domain.lease import grace_still_running_out, resume_events, with_token
 from duplex_es.domain.limits import MAX_INSTRUCTIONS_CHARS, VOICES
+from duplex_es.domain.replace import replace
 from duplex_es.domain.responses import cancel_events
 from duplex_es.domain.rules import decider, evolver, reject
 from duplex_es.domain.state import SessionState
@@ -71,7 +72,7 @@ def merge_turn_detection(current: TurnDetection | None, patch: dict[str, Any]) -
         if not ok(value):
             return None, (f"{_TD}.{key}", f"{key} must be {want}")
         changes[key] = float(value) if key == "threshold" else value
-    return attrs.evolve(base, **changes), None
+    return replace(base, **changes), None
 
 
 @decider.register
@@ -123,12 +124,14 @@ def _(cmd: UpdateSession, state: SessionState) -> list[Event]:
         return reject(
             cmd, Code.INVALID_EVENT, 'transcript_on_truncate must be "heard_prefix" or "remove"', "session.duplex.transcript_on_truncate"
         )
+    if p.acknowledge_appends is not UNSET and not isinstance(p.acknowledge_appends, bool):
+        return reject(cmd, Code.INVALID_EVENT, "acknowledge_appends must be a boolean", "session.duplex.acknowledge_appends")
     changes = {
         f.name: getattr(p, f.name)
         for f in attrs.fields(type(p))
         if getattr(p, f.name) is not UNSET and f.name not in ("model", "turn_detection")
     }
-    new = attrs.evolve(cfg, turn_detection=turn_detection, **changes)
+    new = replace(cfg, turn_detection=turn_detection, **changes)
     relevant = any(getattr(new, f) != getattr(cfg, f) for f in _MODEL_FIELDS)
     ending = end_speech(state) if turn_detection is None else []
     return ending + [SessionUpdated(client_event_id=cmd.event_id, config=new, model_relevant=relevant)]
@@ -191,24 +194,24 @@ def _(cmd: Expire, state: SessionState) -> list[Event]:
 
 @evolver.register
 def _(ev: SessionOpened, state: SessionState, seq: int) -> SessionState:
-    return with_token(attrs.evolve(state, session_id=ev.session_id, status="open", config=ev.config), ev.resume_token_hash)
+    return with_token(replace(state, session_id=ev.session_id, status="open", config=ev.config), ev.resume_token_hash)
 
 
 @evolver.register
 def _(ev: SessionUpdated, state: SessionState, seq: int) -> SessionState:
     unapplied = state.unapplied + (seq,) if ev.model_relevant else state.unapplied
     vad = state.vad if ev.config.turn_detection is not None else VadState()
-    return attrs.evolve(state, config=ev.config, unapplied=unapplied, vad=vad)
+    return replace(state, config=ev.config, unapplied=unapplied, vad=vad)
 
 
 @evolver.register
 def _(ev: SessionClosed, state: SessionState, seq: int) -> SessionState:
-    return attrs.evolve(state, status="closed", close_reason=ev.reason)
+    return replace(state, status="closed", close_reason=ev.reason)
 
 
 @evolver.register
 def _(ev: SessionExpired, state: SessionState, seq: int) -> SessionState:
-    return attrs.evolve(state, status="expired", close_reason=ev.reason)
+    return replace(state, status="expired", close_reason=ev.reason)
 
 
 @evolver.register

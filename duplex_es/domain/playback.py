@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-import attrs
-
 from duplex_es.domain.commands import AckPlayback
 from duplex_es.domain.errors import Code
 from duplex_es.domain.heard import heard_prefix
+from duplex_es.domain.replace import replace
 from duplex_es.domain.rules import decider, evolver, put_item, put_response, reject
 from duplex_es.domain.state import Item, Response, SessionState
 from duplex_es.events import Event, ItemTruncated, PlaybackAcked
@@ -72,7 +71,7 @@ def refresh_transcripts(state: SessionState, response_id: str) -> SessionState:
             continue
         text = history_transcript(item, resp)
         if text != item.transcript:
-            state = put_item(state, attrs.evolve(item, transcript=text))
+            state = put_item(state, replace(item, transcript=text))
     return state
 
 
@@ -85,7 +84,7 @@ def maybe_release(state: SessionState, response_id: str) -> SessionState:
         return state
     if resp.committed_ms < resp.generated_ms or (resp.cap_ms is not None and resp.cap_ms < resp.generated_ms):
         return state
-    return attrs.evolve(state, responses={k: v for k, v in state.responses.items() if k != response_id})
+    return replace(state, responses={k: v for k, v in state.responses.items() if k != response_id})
 
 
 def _target(state: SessionState, cmd: AckPlayback) -> tuple[Optional[Response], Optional[list[Event]]]:
@@ -191,7 +190,7 @@ def _(ev: PlaybackAcked, state: SessionState, seq: int) -> SessionState:
     cap = resp.cap_ms
     if ev.truncate:
         cap = ev.committed_ms if cap is None else min(cap, ev.committed_ms)
-    resp = attrs.evolve(
+    resp = replace(
         resp, played_ms=ev.played_ms, committed_ms=ev.committed_ms, cap_ms=cap, acked=True, slot_reserved=True
     )
     state = refresh_transcripts(put_response(state, resp), resp.id)

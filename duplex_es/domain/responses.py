@@ -18,6 +18,7 @@ from duplex_es.domain.commands import BargeIn, CancelResponse, ClearOutputAudio,
 from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_INSTRUCTIONS_CHARS, MAX_OUT_OF_BAND_RESPONSES, VOICES
 from duplex_es.domain.playback import may_still_play, maybe_release, refresh_transcripts
+from duplex_es.domain.replace import replace
 from duplex_es.domain.rules import decider, evolver, put_item, put_response, reject
 from duplex_es.domain.state import Item, Response, SessionState, Tick
 from duplex_es.events import (
@@ -94,7 +95,7 @@ def retire_frozen(state: SessionState) -> SessionState:
     ]
     if not frozen:
         return state
-    return attrs.evolve(
+    return replace(
         state,
         responses={k: v for k, v in state.responses.items() if k not in frozen},
         retired_response_ids=state.retired_response_ids + tuple(frozen),
@@ -362,7 +363,7 @@ def _(ev: ResponseCreated, state: SessionState, seq: int) -> SessionState:
     state = put_response(state, resp)
     if in_conversation:
         deferred = state.deferred_response
-        state = attrs.evolve(state, active_response_id=ev.response_id, deferred_response=None if deferred and deferred.response_id == ev.response_id else deferred)
+        state = replace(state, active_response_id=ev.response_id, deferred_response=None if deferred and deferred.response_id == ev.response_id else deferred)
     return put_item(state, item)
 
 
@@ -377,9 +378,9 @@ def _(ev: TickIssued, state: SessionState, seq: int) -> SessionState:
         applied_event_ids=ev.applied_event_ids,
     )
     resp = state.responses[ev.response_id]
-    resp = attrs.evolve(resp, tick_in_flight=ev.request_id, inputs=ev.inputs if ev.chunk_index == 0 else resp.inputs)
+    resp = replace(resp, tick_in_flight=ev.request_id, inputs=ev.inputs if ev.chunk_index == 0 else resp.inputs)
     state = put_response(state, resp)
-    return attrs.evolve(
+    return replace(
         state,
         ticks={**state.ticks, ev.request_id: tick},
         unapplied=tuple(s for s in state.unapplied if s not in applied),
@@ -398,10 +399,10 @@ def _(ev: TickOutput, state: SessionState, seq: int) -> SessionState:
     for t in ev.input_transcripts:
         user = state.items.get(t.item_id)
         if user is not None and user.role == "user":
-            state = put_item(state, attrs.evolve(user, transcript=t.transcript))
+            state = put_item(state, replace(user, transcript=t.transcript))
     item = state.items[resp.item_id]
     if ev.new_item_id is not None:
-        state = put_item(state, attrs.evolve(item, complete=True, status="completed"))
+        state = put_item(state, replace(item, complete=True, status="completed"))
         item = Item(
             id=ev.new_item_id,
             role="assistant",
@@ -414,9 +415,9 @@ def _(ev: TickOutput, state: SessionState, seq: int) -> SessionState:
             audio_format=resp.output_format,
         )
         state = put_item(state, item, after=resp.item_id if item.in_conversation else "end")
-        resp = attrs.evolve(resp, item_ids=resp.item_ids + (item.id,))
+        resp = replace(resp, item_ids=resp.item_ids + (item.id,))
     new_samples = _b64_len(ev.audio) // (2 if resp.output_format.type == "audio/pcm" else 1)
-    item = attrs.evolve(
+    item = replace(
         item,
         full_text=item.full_text + ev.text_delta,
         audio_samples=item.audio_samples + new_samples,
@@ -424,7 +425,7 @@ def _(ev: TickOutput, state: SessionState, seq: int) -> SessionState:
         marks=item.marks + tuple(ev.marks),
         complete=item.complete or ev.final,
     )
-    resp = attrs.evolve(
+    resp = replace(
         resp,
         tick_in_flight=None,
         next_chunk=resp.next_chunk + 1,
@@ -432,7 +433,7 @@ def _(ev: TickOutput, state: SessionState, seq: int) -> SessionState:
         incomplete_reason=ev.incomplete_reason or resp.incomplete_reason,
         generated_ms=item.offset_ms + item.generated_ms,
     )
-    state = attrs.evolve(state, ticks=ticks, audio_output_started=state.audio_output_started or new_samples > 0)
+    state = replace(state, ticks=ticks, audio_output_started=state.audio_output_started or new_samples > 0)
     state = put_response(put_item(state, item), resp)
     return refresh_transcripts(state, resp.id)
 
@@ -448,10 +449,10 @@ def _(ev: TickFailed, state: SessionState, seq: int) -> SessionState:
 
 
 def _fail_tick(state: SessionState, request_id: str, code: str, message: str) -> SessionState:
-    tick = attrs.evolve(state.ticks[request_id], status="failed")
+    tick = replace(state.ticks[request_id], status="failed")
     resp = state.responses[tick.response_id]
-    resp = attrs.evolve(resp, tick_in_flight=None, failure_code=code, failure_message=message)
-    return put_response(attrs.evolve(state, ticks={**state.ticks, request_id: tick}), resp)
+    resp = replace(resp, tick_in_flight=None, failure_code=code, failure_message=message)
+    return put_response(replace(state, ticks={**state.ticks, request_id: tick}), resp)
 
 
 @evolver.register
@@ -461,9 +462,9 @@ def _(ev: EpochAdvanced, state: SessionState, seq: int) -> SessionState:
     for rid in dead:
         tick = state.ticks.get(rid)
         if tick is not None and tick.response_id in responses:
-            responses[tick.response_id] = attrs.evolve(responses[tick.response_id], tick_in_flight=None)
+            responses[tick.response_id] = replace(responses[tick.response_id], tick_in_flight=None)
     discarded = set(ev.discarded_event_ids)
-    return attrs.evolve(
+    return replace(
         state,
         epoch=ev.epoch,
         ticks={k: v for k, v in state.ticks.items() if k not in dead},
@@ -475,21 +476,21 @@ def _(ev: EpochAdvanced, state: SessionState, seq: int) -> SessionState:
 @evolver.register
 def _(ev: OutputAudioCleared, state: SessionState, seq: int) -> SessionState:
     resp = state.responses.get(ev.response_id)
-    return state if resp is None else put_response(state, attrs.evolve(resp, playback_cleared=True))
+    return state if resp is None else put_response(state, replace(resp, playback_cleared=True))
 
 
 @evolver.register
 def _(ev: ResponseDone, state: SessionState, seq: int) -> SessionState:
     resp = state.responses[ev.response_id]
     # Its inputs (a copy of the conversation) are only needed to issue ticks.
-    resp = attrs.evolve(resp, status=ev.status, status_reason=ev.reason, tick_in_flight=None, inputs=SpeechInputs())
+    resp = replace(resp, status=ev.status, status_reason=ev.reason, tick_in_flight=None, inputs=SpeechInputs())
     if ev.heard_ms is not None:
-        resp = attrs.evolve(resp, acked=True, committed_ms=ev.heard_ms)
+        resp = replace(resp, acked=True, committed_ms=ev.heard_ms)
     item = state.items.get(resp.item_id)
     if item is not None:
-        state = put_item(state, attrs.evolve(item, status="completed" if ev.status == "completed" else "incomplete"))
+        state = put_item(state, replace(item, status="completed" if ev.status == "completed" else "incomplete"))
     active = None if state.active_response_id == ev.response_id else state.active_response_id
-    state = put_response(attrs.evolve(state, active_response_id=active), resp)
+    state = put_response(replace(state, active_response_id=active), resp)
     state = refresh_transcripts(state, resp.id)
     return maybe_release(state, resp.id)
 

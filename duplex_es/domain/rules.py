@@ -11,10 +11,9 @@ from __future__ import annotations
 from functools import singledispatch
 from typing import Optional
 
-import attrs
-
 from duplex_es.domain import commands as c
 from duplex_es.domain.errors import ERROR_TYPES
+from duplex_es.domain.replace import replace
 from duplex_es.domain.state import Item, Response, SessionState
 from duplex_es.events import CommandRejected, Event
 
@@ -89,7 +88,7 @@ def put_item(state: SessionState, item: Item, *, after: Optional[str] = "end") -
     """Store ``item``; a new conversation item goes after ``after`` (``"end"``, an item id, or
     ``None`` for the start)."""
     if item.id in state.items or not item.in_conversation:
-        return attrs.evolve(state, items={**state.items, item.id: item})
+        return replace(state, items={**state.items, item.id: item})
     order = state.item_order
     if after == "end":
         order = order + (item.id,)
@@ -98,9 +97,9 @@ def put_item(state: SessionState, item: Item, *, after: Optional[str] = "end") -
     else:
         i = order.index(after) + 1
         order = order[:i] + (item.id,) + order[i:]
-    return attrs.evolve(state, items={**state.items, item.id: item}, item_order=order)
+    return replace(state, items={**state.items, item.id: item}, item_order=order)
 
 
 def put_response(state: SessionState, resp: Response) -> SessionState:
     """Store ``resp``."""
-    return attrs.evolve(state, responses={**state.responses, resp.id: resp})
+    return replace(state, responses={**state.responses, resp.id: resp})

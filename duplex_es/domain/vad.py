@@ -16,6 +16,7 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
+from duplex_es.domain.replace import replace
 from duplex_es.events import TurnDetection, VadState
 
 __all__ = ["MIN_SPEECH_MS", "Transition", "threshold_dbfs", "detect"]
@@ -73,30 +74,41 @@ def detect(
     padding = rate * td.prefix_padding_ms // 1000
     level = 10 ** (threshold_dbfs(td.threshold) / 10)  # mean square of a frame at the threshold
     out: list[Transition] = []
-    s = state
+    # The state's fields as locals while the frames are walked; one VadState at the end.
+    speaking, start_sample_, voiced_run, silence_run = state.speaking, state.start_sample, state.voiced_run, state.silence_run
     energy, fill = state.frame_energy, state.frame_fill
-    for i, b in enumerate(starts):
-        end = starts[i + 1] if i + 1 < len(starts) else n
-        energy += float(sums[i])
+    last = len(starts) - 1
+    for i, (b, frame_sum) in enumerate(zip(starts, sums.tolist())):
+        end = starts[i + 1] if i < last else n
+        energy += frame_sum
         fill += end - b
         if fill < frame:
             break  # an unfinished frame: carried to the next append
         voiced = energy / frame >= level
         pos = start_sample + end  # where this frame ends on the clock
         energy, fill = 0.0, 0
-        if not s.speaking:
-            run = s.voiced_run + frame if voiced else 0
+        if not speaking:
+            run = voiced_run + frame if voiced else 0
             if run >= min_speech:
                 start = max(buffer_start, pos - run - padding)
-                s = attrs.evolve(s, speaking=True, start_sample=start, voiced_run=0, silence_run=0)
+                speaking, start_sample_, voiced_run, silence_run = True, start, 0, 0
                 out.append(Transition("started", start))
             else:
-                s = attrs.evolve(s, voiced_run=run)
+                voiced_run = run
         else:
-            silence = 0 if voiced else s.silence_run + frame
+            silence = 0 if voiced else silence_run + frame
             if silence >= silence_needed:
-                s = attrs.evolve(s, speaking=False, voiced_run=0, silence_run=0)
+                speaking, voiced_run, silence_run = False, 0, 0
                 out.append(Transition("stopped", pos))
             else:
-                s = attrs.evolve(s, silence_run=silence)
-    return attrs.evolve(s, frame_energy=energy, frame_fill=fill), out
+                silence_run = silence
+    after = replace(
+        state,
+        speaking=speaking,
+        start_sample=start_sample_,
+        voiced_run=voiced_run,
+        silence_run=silence_run,
+        frame_energy=energy,
+        frame_fill=fill,
+    )
+    return after, out

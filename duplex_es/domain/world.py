@@ -22,6 +22,7 @@ import attrs
 from duplex_es.domain.commands import Detach, Expire, Pump, Resume
 from duplex_es.domain.errors import Code
 from duplex_es.domain.lease import grace_still_running_out, resume_events, with_token
+from duplex_es.domain.replace import replace
 from duplex_es.domain.rules import evolver
 from duplex_es.domain.state import Lease
 from duplex_es.events import (
@@ -382,7 +383,7 @@ def _(cmd: Pump, state: WorldState) -> list[Event]:
 
 @evolver.register
 def _(ev: WorldStarted, state: WorldState, seq: int) -> WorldState:
-    started = attrs.evolve(
+    started = replace(
         state, session_id=ev.session_id, status="active", config=ev.config, prompt=ev.config.prompt, epoch_started_at_ms=ev.at_ms
     )
     return with_token(started, ev.resume_token_hash)
@@ -391,7 +392,7 @@ def _(ev: WorldStarted, state: WorldState, seq: int) -> WorldState:
 @evolver.register
 def _(ev: InteractionAccepted, state: WorldState, seq: int) -> WorldState:
     pending = tuple(sorted(state.pending + (Pending(event_id=ev.event_id, prompt=ev.prompt, controls=ev.controls),), key=lambda p: p.event_id))
-    return attrs.evolve(state, pending=pending, seen=state.seen.add(ev.event_id))
+    return replace(state, pending=pending, seen=state.seen.add(ev.event_id))
 
 
 @evolver.register
@@ -409,7 +410,7 @@ def _(ev: WorldTickIssued, state: WorldState, seq: int) -> WorldState:
         prompt=ev.prompt,
         controls=ev.controls,
     )
-    return attrs.evolve(state, inflight=tick)
+    return replace(state, inflight=tick)
 
 
 @evolver.register
@@ -418,7 +419,7 @@ def _(ev: WorldChunk, state: WorldState, seq: int) -> WorldState:
     if verdict == "discarded":
         return state
     if verdict == "rejected":
-        return attrs.evolve(
+        return replace(
             state,
             failure_code=Code.TICK_IDENTITY_MISMATCH,
             failure_message="the engine's output does not echo its tick",
@@ -427,7 +428,7 @@ def _(ev: WorldChunk, state: WorldState, seq: int) -> WorldState:
     t = state.inflight
     assert t is not None
     applied = set(t.applied_event_ids)
-    return attrs.evolve(
+    return replace(
         state,
         inflight=None,
         pending=tuple(p for p in state.pending if p.event_id not in applied),
@@ -446,20 +447,20 @@ def _(ev: WorldTickFailed, state: WorldState, seq: int) -> WorldState:
     if verdict == "discarded":
         return state
     code = ev.code if verdict == "accepted" else Code.TICK_IDENTITY_MISMATCH
-    return attrs.evolve(state, failure_code=code, failure_message=ev.message, failed_request_id=ev.request_id)
+    return replace(state, failure_code=code, failure_message=ev.message, failed_request_id=ev.request_id)
 
 
 @evolver.register
 def _(ev: WorldFailed, state: WorldState, seq: int) -> WorldState:
     # Fail closed: nothing in flight, pending kept but never applied until a reset.
-    return attrs.evolve(state, status="failed", inflight=None, failure_code=ev.code, failure_message=ev.message, failed_request_id=None)
+    return replace(state, status="failed", inflight=None, failure_code=ev.code, failure_message=ev.message, failed_request_id=None)
 
 
 @evolver.register
 def _(ev: WorldReset, state: WorldState, seq: int) -> WorldState:
     cfg = state.config
     assert cfg is not None
-    return attrs.evolve(
+    return replace(
         state,
         status="active",
         epoch=ev.epoch,
@@ -480,5 +481,5 @@ def _(ev: WorldReset, state: WorldState, seq: int) -> WorldState:
 
 @evolver.register
 def _(ev: WorldClosed, state: WorldState, seq: int) -> WorldState:
-    return attrs.evolve(state, status="closed", inflight=None, pending=())
+    return replace(state, status="closed", inflight=None, pending=())
 

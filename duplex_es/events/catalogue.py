@@ -104,6 +104,12 @@ class SessionConfig:
 
     ``transcript_on_truncate`` is ``"heard_prefix"`` (duplex_es: a truncated assistant item keeps
     the words heard before the cut) or ``"remove"`` (OpenAI: the transcript is deleted).
+    ``acknowledge_appends`` (duplex extension, off by default as in OpenAI) makes every logged
+    ``input_audio_buffer.append`` answer with an ``input_audio_buffer.appended`` server event.
+
+    Schema evolution: a field added here must have a default. Events stored before it existed
+    lack the key and decode with the default (cattrs fills it in), so no version bump or
+    upcaster is needed; ``tests/test_codec.py`` checks this with an old ``session.opened``.
     """
 
     model: str
@@ -114,6 +120,7 @@ class SessionConfig:
     output_format: AudioFormat = AudioFormat()
     turn_detection: Optional[TurnDetection] = None
     transcript_on_truncate: str = "heard_prefix"
+    acknowledge_appends: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -69,8 +69,13 @@ def to_plain(obj: Any) -> Any:
     return converter.unstructure(obj)
 
 
+#: The canonical JSON encoder (sorted keys, no whitespace, UTF-8 text), made once: ``json.dumps``
+#: with options builds a new encoder on every call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def _dumps(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(data)
 
 
 def encode_data(ev: Event) -> str:

@@ -191,20 +191,20 @@ def parse_frame(raw: str | bytes, new_id: IdFactory, *, dialect: str = "ga") -> 
     size = len(raw) if len(raw) * 4 <= MAX_FRAME_BYTES else len(raw.encode("utf-8", "surrogatepass"))
     if size > MAX_FRAME_BYTES:
         return Invalid(code=Code.FRAME_TOO_LARGE, message=f"frame of {size} bytes exceeds the limit of {MAX_FRAME_BYTES}")
-    excerpt = _printable(raw)
+    # The excerpt (for debugging a refusal) is only made when the frame is refused.
     try:
         msg = json.loads(raw)
     except json.JSONDecodeError as exc:
-        return Invalid(code=Code.INVALID_JSON, message=f"frame is not valid JSON: {exc}", excerpt=excerpt)
+        return Invalid(code=Code.INVALID_JSON, message=f"frame is not valid JSON: {exc}", excerpt=_printable(raw))
     except RecursionError:
-        return Invalid(code=Code.INVALID_JSON, message="frame nests JSON values too deeply to parse", excerpt=excerpt)
+        return Invalid(code=Code.INVALID_JSON, message="frame nests JSON values too deeply to parse", excerpt=_printable(raw))
     except ValueError as exc:  # e.g. an integer literal of thousands of digits
-        return Invalid(code=Code.INVALID_JSON, message=f"frame holds a value that cannot be parsed: {exc}", excerpt=excerpt)
+        return Invalid(code=Code.INVALID_JSON, message=f"frame holds a value that cannot be parsed: {exc}", excerpt=_printable(raw))
     try:
         return command_from_realtime(msg, new_id, dialect=dialect)
     except CommandError as err:
         if err.code in (Code.INVALID_EVENT, Code.MISSING_TYPE) and err.param is None:
-            err.excerpt = excerpt
+            err.excerpt = _printable(raw)
         return err.as_command()
 
 
@@ -371,13 +371,31 @@ def _voice(v: Any, path: str) -> str:
     return v
 
 
-def _strict_b64(text: str, param: str) -> bytes:
+def strict_b64decode(text: str) -> Optional[bytes]:
+    """The bytes of ``text`` if it is the canonical RFC 4648 base64 encoding of them (standard
+    alphabet, padded, no whitespace or other characters, no stray bits in the last group),
+    else ``None``.
+
+    ``binascii.a2b_base64`` in strict mode checks the alphabet and the padding in C; only the
+    last group's unused bits are left to check, by re-encoding that group (not the whole
+    audio, which is what makes this cheap)."""
+    if not text.isascii():
+        return None
     try:
-        raw = base64.b64decode(text, validate=True)
+        raw = binascii.a2b_base64(text, strict_mode=True)
     except (binascii.Error, ValueError):
-        raw = None
-    # Strict: the text must be the canonical encoding of its bytes (padding, no stray bits).
-    if raw is None or base64.b64encode(raw).decode("ascii") != text:
+        return None
+    if len(text) != (len(raw) + 2) // 3 * 4:
+        return None  # e.g. unpadded text
+    tail = len(raw) % 3
+    if tail and base64.b64encode(raw[-tail:]) != text[-4:].encode("ascii"):
+        return None  # stray bits in the padded last group
+    return raw
+
+
+def _strict_b64(text: str, param: str) -> bytes:
+    raw = strict_b64decode(text)
+    if raw is None:
         raise _Bad(Code.INVALID_AUDIO_BASE64, "audio is not strict base64 (RFC 4648, padded, no line breaks)", param)
     return raw
 
@@ -428,9 +446,13 @@ def _session_update(p: _P) -> Command:
                 fields["voice"] = _voice(out["voice"], "session.audio.output.voice")
     duplex = p.obj("duplex", s, "session")
     if duplex is not None:
-        p.keys({"transcript_on_truncate"}, duplex, "session.duplex")
+        p.keys({"transcript_on_truncate", "acknowledge_appends"}, duplex, "session.duplex")
         if "transcript_on_truncate" in duplex:
             fields["transcript_on_truncate"] = p.str("transcript_on_truncate", duplex, "session.duplex", required=True)
+        if "acknowledge_appends" in duplex:
+            if not isinstance(duplex["acknowledge_appends"], bool):
+                raise _Bad(Code.INVALID_EVENT, "session.duplex.acknowledge_appends must be a boolean", "session.duplex.acknowledge_appends")
+            fields["acknowledge_appends"] = duplex["acknowledge_appends"]
     return UpdateSession(**p.common(), patch=SessionPatch(**fields))
 
 

@@ -20,10 +20,12 @@ from typing import Any, Callable, Optional
 
 import attrs
 
+from duplex_es.domain.audio import ms_of
 from duplex_es.domain.errors import Code
 from duplex_es.domain.responses import classify_output
 from duplex_es.domain.state import Item, Response, SessionState
 from duplex_es.events import (
+    AudioAppended,
     AudioFormat,
     CommandRejected,
     Event,
@@ -67,6 +69,7 @@ __all__ = [
 #: Wire events duplex_es sends that are not in the OpenAI GA vocabulary.
 EXTENSION_EVENT_TYPES = frozenset(
     {
+        "input_audio_buffer.appended",
         "playback.acknowledged",
         "session.closed",
         "session.expired",
@@ -113,9 +116,13 @@ def stamp(seq: int, wires: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+#: One encoder for every wire event: ``json.dumps`` with options builds a new one per call.
+_WIRE_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def encode_wire(wire: dict[str, Any]) -> str:
     """The JSON text sent for a wire event (stable key order, so re-sends are byte-identical)."""
-    return json.dumps(wire, separators=(",", ":"), ensure_ascii=False)
+    return _WIRE_JSON.encode(wire)
 
 
 def project(
@@ -178,7 +185,7 @@ def session_json(session_id: str, cfg: SessionConfig) -> dict[str, Any]:
         "tools": [],
         "tool_choice": "auto",
         "max_output_tokens": "inf",
-        "duplex": {"transcript_on_truncate": cfg.transcript_on_truncate},
+        "duplex": {"transcript_on_truncate": cfg.transcript_on_truncate, "acknowledge_appends": cfg.acknowledge_appends},
     }
 
 
@@ -323,6 +330,25 @@ def _(ev: CommandRejected, ctx: _Ctx) -> list[dict[str, Any]]:
         {
             "type": "error",
             "error": {"type": ev.error_type, "code": ev.code, "message": ev.message, "param": ev.param, "event_id": ev.client_event_id},
+        }
+    ]
+
+
+@_project.register
+def _(ev: AudioAppended, ctx: _Ctx) -> list[dict[str, Any]]:
+    """With ``acknowledge_appends`` on, each logged append is acknowledged (duplex extension):
+    the client's ``event_id`` and where its audio lies on the input clock, in ms since the
+    session's first sample (``audio_end_ms`` is the buffer's end once it is appended)."""
+    cfg = ctx.after.config
+    if cfg is None or not cfg.acknowledge_appends:
+        return []  # OpenAI does not acknowledge appends
+    rate = cfg.input_format.rate
+    return [
+        {
+            "type": "input_audio_buffer.appended",
+            "client_event_id": ev.client_event_id,
+            "audio_start_ms": ms_of(ev.start_sample, rate),
+            "audio_end_ms": ms_of(ev.start_sample + ev.samples, rate),
         }
     ]
 
