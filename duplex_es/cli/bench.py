@@ -1,222 +1,146 @@
-"""``duplex-es bench``: a first set of figures for the log and for a spoken turn, on SQLite and
-PostgreSQL, written to ``bench/results.json`` and ``bench/RESULTS.md``.
+"""``duplex-es bench`` (``make bench``): the benchmark suite of issue 6 §3, written to
+``bench/results.json`` and ``bench/RESULTS.md``. The suite itself lives in :mod:`duplex_es.bench`;
+this module is its command line.
 
-Figures are measured, never asserted: machines here are noisy, so targets live in this report.
+Figures are measured, never asserted: targets live in the report, which says met or short.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
+import argparse
 import os
-import platform
-import tempfile
-import time
+import shlex
+import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Optional, Sequence
 
-import numpy as np
-import sqlalchemy as sa
 from rich.console import Console
 from rich.table import Table
 
-from duplex_es.domain import fold
-from duplex_es.events import SessionConfig, SessionOpened, TextAppended
-from duplex_es.store import Database, EventLog, upgrade
+__all__ = ["add_bench_arguments", "bench_command", "run_bench", "parse_rows", "DEFAULT_PG_URL"]
 
-__all__ = ["run_bench"]
+#: The PostgreSQL server measured unless ``--pg`` or ``DUPLEX_ES_BENCH_PG_URL`` says otherwise.
+DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
-
-def _percentiles(samples_s: list[float]) -> dict[str, float]:
-    ms = np.asarray(samples_s) * 1000
-    return {f"p{p}_ms": round(float(np.percentile(ms, p)), 3) for p in (50, 95, 99)}
+#: ``--log-events`` when ``--quick`` is given without it.
+QUICK_LOG_EVENTS = 20_000
 
 
-def _durability(db: Database) -> str:
-    with db.engine.connect() as conn:
-        if db.is_sqlite:
-            value = conn.exec_driver_sql("PRAGMA synchronous").scalar()
-            return f"sqlite synchronous={ {0: 'OFF', 1: 'NORMAL', 2: 'FULL', 3: 'EXTRA'}.get(value, value) }, WAL"
-        return f"postgresql synchronous_commit={conn.exec_driver_sql('SHOW synchronous_commit').scalar()}"
+def parse_rows(text: str) -> tuple[tuple[int, ...], bool]:
+    """``"1,2,12"`` → ``((1, 2, 12), False)``; ``"all"`` → every row and the extras; the word
+    ``extras`` in the list selects the figures outside the table.
+
+    Raises:
+        argparse.ArgumentTypeError: a row outside 1–12 or not a number.
+    """
+    if text.strip() == "all":
+        return tuple(range(1, 13)), True
+    rows, extras = [], False
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        if part == "extras":
+            extras = True
+            continue
+        try:
+            n = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a row number: {part!r}") from None
+        if not 1 <= n <= 12:
+            raise argparse.ArgumentTypeError(f"rows are 1–12, got {n}")
+        rows.append(n)
+    return tuple(sorted(set(rows))), extras
 
 
-def _bench_log(db: Database, n_single: int, n_batches: int) -> list[dict[str, Any]]:
-    log = EventLog(db)
-    rows = []
-    sid = f"bench_single_{time.time_ns()}"
-    log.append(sid, [SessionOpened(session_id=sid, config=SessionConfig(model="bench"))], expected_seq=0)
-    lat = []
-    t0 = time.perf_counter()
-    for i in range(n_single):
-        s = time.perf_counter()
-        log.append(sid, [TextAppended(text=f"t{i}")], expected_seq=i + 1)
-        lat.append(time.perf_counter() - s)
-    total = time.perf_counter() - t0
-    rows.append({"measurement": "durable append, 1 event per transaction", "events": n_single,
-                 "events_per_s": round(n_single / total), **_percentiles(lat)})
-
-    sid = f"bench_batch_{time.time_ns()}"
-    log.append(sid, [SessionOpened(session_id=sid, config=SessionConfig(model="bench"))], expected_seq=0)
-    lat = []
-    t0 = time.perf_counter()
-    for b in range(n_batches):
-        s = time.perf_counter()
-        log.append(sid, [TextAppended(text=f"b{b}.{i}") for i in range(100)], expected_seq=1 + b * 100)
-        lat.append(time.perf_counter() - s)
-    total = time.perf_counter() - t0
-    rows.append({"measurement": "durable append, 100 events per transaction", "events": n_batches * 100,
-                 "events_per_s": round(n_batches * 100 / total), **_percentiles(lat)})
-
-    t0 = time.perf_counter()
-    records = log.read_session(sid)
-    state = fold((r.seq, r.event) for r in records)
-    total = time.perf_counter() - t0
-    assert state.seq == len(records)
-    rows.append({"measurement": "rebuild: read + decode + reducer", "events": len(records),
-                 "events_per_s": round(len(records) / total)})
-    return rows
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``duplex-es bench``; sets the subcommand's function."""
+    p.add_argument(
+        "--pg",
+        "--pg-url",
+        dest="pg_url",
+        default=os.environ.get("DUPLEX_ES_BENCH_PG_URL", DEFAULT_PG_URL),
+        help="PostgreSQL server to measure (a fresh schema per measurement, dropped after)",
+    )
+    p.add_argument("--backend", choices=("sqlite", "postgresql", "both"), default="both", help="backends to measure")
+    p.add_argument("--no-postgres", action="store_true", help="same as --backend sqlite")
+    p.add_argument("--rows", default="all", help="rows to measure, e.g. 1,2,12 (add 'extras' for the spoken turn and world block); default all")
+    p.add_argument("--out", default="bench", help="folder for results.json and RESULTS.md")
+    p.add_argument("--quick", action="store_true", help="small n, a smoke run (figures not meaningful)")
+    p.add_argument(
+        "--log-events",
+        type=int,
+        default=None,
+        help=f"row 12's largest log size in events (default 10,000,000; {QUICK_LOG_EVENTS:,} with --quick)",
+    )
+    p.set_defaults(func=bench_command)
 
 
-def _bench_turns(url: str, tmp: Path, turns: int, pcm: bytes) -> dict[str, Any]:
-    from duplex_es.cli.conversation import speak_and_listen
-    from duplex_es.cli.processes import free_port, start_server, start_worker, wait_healthy
-
-    port = free_port()
-    server = start_server(url, port, tmp / "serve.log", ["--log-level", "WARNING"])
-    worker = start_worker(url, tmp / "worker.log", ["--log-level", "WARNING"])
-    first_audio, done = [], []
+def bench_command(args: argparse.Namespace) -> int:
+    """Run ``duplex-es bench`` with parsed ``args``; returns the exit code (0; 2 on bad --rows)."""
+    console = Console()
     try:
-        wait_healthy(port, server)
-        for _ in range(turns):
-            turn = asyncio.run(speak_and_listen(f"ws://127.0.0.1:{port}/v1", pcm))
-            first_audio.append(turn.timings["first_audio_s"])
-            done.append(turn.timings["done_s"])
-    finally:
-        worker.stop()
-        server.stop()
-    return {
-        "measurement": "spoken turn (5.2 s question): response.create → first audio delta",
-        "turns": turns,
-        **_percentiles(first_audio),
-        "then_to_response_done_p50_ms": round(float(np.median(np.asarray(done) - np.asarray(first_audio)) * 1000), 1),
-    }
+        rows, extras = parse_rows(args.rows)
+    except argparse.ArgumentTypeError as exc:
+        console.print(f"[red]--rows: {exc}[/red]")
+        return 2
+    backend = "sqlite" if args.no_postgres else args.backend
+    backends = ("sqlite", "postgresql") if backend == "both" else (backend,)
+    return run_bench(
+        console,
+        pg_url=args.pg_url,
+        out_dir=args.out,
+        quick=args.quick,
+        backends=backends,
+        rows=rows,
+        extras=extras,
+        log_events=args.log_events,
+        argv=shlex.join(sys.argv[2:]) if len(sys.argv) > 2 and sys.argv[1] == "bench" else "",
+    )
 
 
-def _bench_world(reps: int) -> dict[str, Any]:
-    """Render one 256x256 block of 12 frames (a 750 ms chunk at 16 fps) with the reference world
-    engine, PNG encoding included."""
-    from duplex_es.events import ControlEvent, Control, WorldConfig, WorldTickIssued
-    from duplex_es.worker.world.engine import CAMERA_SCHEMA, WorldContext, WorldEngine
+def run_bench(
+    console: Console,
+    *,
+    pg_url: Optional[str],
+    out_dir: str,
+    quick: bool = False,
+    backends: Sequence[str] = ("sqlite", "postgresql"),
+    rows: Sequence[int] = tuple(range(1, 13)),
+    extras: bool = True,
+    log_events: Optional[int] = None,
+    argv: str = "",
+) -> int:
+    """Run the suite and write the report; print a summary table. ``pg_url=None`` measures
+    SQLite only. Returns 0."""
+    from duplex_es.bench.run import DEFAULT_LOG_EVENTS, BenchOptions, run_suite
 
-    engine = WorldEngine()
-    cfg = WorldConfig(width=256, height=256, fps=16, frames_per_chunk=12, seed=5)
-    walk = (ControlEvent(event_id=1, control=Control(track="camera", schema=CAMERA_SCHEMA, data={"keys": ["W", "J"]})),)
-    engine.render_chunk(WorldTickIssued(request_id="warm", epoch=0, chunk_index=0, config=cfg, seed=5))  # terrain cache
-    render_s, total_s = [], []
-    state = None
-    for k in range(reps):
-        tick = WorldTickIssued(request_id=f"r{k}", epoch=0, chunk_index=k, config=cfg, seed=5, control_events=walk, engine_state=state)
-        t0 = time.perf_counter()
-        _, state = engine.render_chunk(tick)
-        render_s.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        engine.step(WorldContext(session_id="bench", tick=tick))
-        total_s.append(time.perf_counter() - t0)
-    return {
-        "measurement": "world block 256x256x12 (chunk period 750 ms): render only",
-        "events": reps,
-        **_percentiles(render_s),
-        "with_png_p50_ms": round(float(np.median(total_s)) * 1000, 1),
-    }
-
-
-def run_bench(console: Console, *, pg_url: str | None, out_dir: str, quick: bool = False) -> int:
-    """Run the benchmarks and write the report; returns 0."""
-    from duplex_es.cli.conversation import read_wav_pcm16
-    from duplex_es.cli.demo import default_audio
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    n_single, n_batches, turns = (300, 20, 1) if quick else (2000, 200, 3)
-    pcm = read_wav_pcm16(default_audio())
-    results: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "backends": {},
-    }
-    with tempfile.TemporaryDirectory() as tmpdir:
-        tmp = Path(tmpdir)
-        backends: list[tuple[str, str, Callable[[], None]]] = [("sqlite", f"sqlite:///{tmp / 'bench.db'}", lambda: None)]
-        if pg_url:
-            schema = f"dxes_bench_{os.getpid()}"
-            admin = sa.create_engine(pg_url, isolation_level="AUTOCOMMIT")
-            with admin.connect() as conn:
-                conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-                conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-
-            def drop() -> None:
-                with admin.connect() as conn:
-                    conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-            sep = "&" if "?" in pg_url else "?"
-            backends.append(("postgresql", f"{pg_url}{sep}options=-csearch_path%3D{schema}", drop))
-        for name, url, cleanup in backends:
-            try:
-                db = Database(url)
-                upgrade(db)
-                with console.status(f"{name}: log benchmarks"):
-                    rows = _bench_log(db, n_single, n_batches)
-                with console.status(f"{name}: spoken turns through serve + worker"):
-                    rows.append(_bench_turns(url, tmp / name, turns, pcm))
-                results["backends"][name] = {"durability": _durability(db), "rows": rows}
-                db.dispose()
-            finally:
-                cleanup()
-    with console.status("world engine: rendering blocks"):
-        results["world"] = _bench_world(3 if quick else 10)
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (out / "RESULTS.md").write_text(_markdown(results))
-    for name, b in results["backends"].items():
-        table = Table(title=f"{name} ({b['durability']})")
-        for col in ("measurement", "events/turns", "ev/s", "p50 ms", "p95 ms", "p99 ms"):
-            table.add_column(col)
-        for r in b["rows"]:
-            table.add_row(
-                r["measurement"], str(r.get("events", r.get("turns", ""))), str(r.get("events_per_s", "")),
-                str(r.get("p50_ms", "")), str(r.get("p95_ms", "")), str(r.get("p99_ms", "")),
-            )
-        console.print(table)
-    w = results["world"]
-    console.print(f"{w['measurement']}: p50 {w['p50_ms']} ms, p95 {w['p95_ms']} ms; with PNG encoding p50 {w['with_png_p50_ms']} ms")
-    console.print(f"written: {out / 'results.json'}, {out / 'RESULTS.md'}")
+    if pg_url is None:
+        backends = tuple(b for b in backends if b != "postgresql")
+    opts = BenchOptions(
+        out_dir=Path(out_dir),
+        backends=tuple(backends),
+        pg_url=pg_url,
+        rows=tuple(rows),
+        extras=extras,
+        quick=quick,
+        log_events=log_events or (QUICK_LOG_EVENTS if quick else DEFAULT_LOG_EVENTS),
+        argv=argv,
+    )
+    results = run_suite(opts, say=lambda text: console.print(text, highlight=False))
+    _print_summary(console, results)
+    console.print(f"written: {opts.out_dir / 'results.json'}, {opts.out_dir / 'RESULTS.md'}")
     return 0
 
 
-def _markdown(results: dict[str, Any]) -> str:
-    m = results["machine"]
-    lines = [
-        "# Benchmark results",
-        "",
-        f"Measured {results['started_at']} on {m['cpus']} CPUs, {m['platform']}, Python {m['python']}, "
-        "by `make bench` (`duplex-es bench`). Figures, not assertions: these machines are noisy.",
-        "",
-    ]
-    for name, b in results["backends"].items():
-        lines += [f"## {name} — {b['durability']}", "", "| measurement | n | events/s | p50 ms | p95 ms | p99 ms |", "|---|---|---|---|---|---|"]
-        for r in b["rows"]:
-            lines.append(
-                f"| {r['measurement']} | {r.get('events', r.get('turns', ''))} | {r.get('events_per_s', '')} | "
-                f"{r.get('p50_ms', '')} | {r.get('p95_ms', '')} | {r.get('p99_ms', '')} |"
-            )
-        lines.append("")
-    if "world" in results:
-        w = results["world"]
-        lines += [
-            "## world engine (CPU, one process)",
-            "",
-            "| measurement | n | p50 ms | p95 ms | p99 ms | with PNG p50 ms |",
-            "|---|---|---|---|---|---|",
-            f"| {w['measurement']} | {w['events']} | {w['p50_ms']} | {w['p95_ms']} | {w['p99_ms']} | {w['with_png_p50_ms']} |",
-            "",
-        ]
-    return "\n".join(lines)
+def _print_summary(console: Console, results: dict[str, Any]) -> None:
+    table = Table(title="duplex_es bench (ratios: ours / theirs)")
+    for col in ("#", "backend", "ours", "target", "", "comparisons"):
+        table.add_column(col)
+    for r in sorted(results["rows"], key=lambda r: (r["row"], r["backend"])):
+        ours = []
+        if r.get("events_per_s") is not None:
+            ours.append(f"{r['events_per_s']:,.0f} ev/s")
+        if r.get("p99_ms") is not None:
+            ours.append(f"p50 {r['p50_ms']} / p99 {r['p99_ms']} ms")
+        comps = "\n".join(f"{c['name']}: {c.get('ratio')}×" for c in r.get("comparisons", []))
+        met = {True: "[green]met[/green]", False: "[red]short[/red]", None: "—"}[r.get("met")]
+        table.add_row(str(r["row"]), r["backend"], "; ".join(ours) or r.get("note", "")[:60], r.get("target", ""), met, comps)
+    console.print(table)

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 from typing import Optional, Sequence
 
@@ -32,7 +33,8 @@ class CliError(Exception):
 
 
 def _open_db(args: argparse.Namespace, *, migrate: bool = True, create: bool = True) -> Database:
-    db = Database(args.db, create=create)
+    # --sqlite-synchronous exists on serve only (the benchmark's in-memory log); FULL elsewhere.
+    db = Database(args.db, create=create, synchronous=getattr(args, "sqlite_synchronous", "FULL"))
     if migrate:
         upgrade(db)
     return db
@@ -86,6 +88,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         disconnect_grace_ms=args.disconnect_grace_ms,
         reaper_interval_ms=args.reaper_interval_ms,
         snapshot_every=args.snapshot_every,
+        server_id=args.server_id or f"{socket.gethostname()}:{args.port}",
+        owner_ttl_ms=args.owner_ttl_ms,
+        group_commit_window_ms=args.group_commit_window_ms,
     )
     uvicorn.run(
         app,
@@ -239,11 +244,20 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from duplex_es.cli.bench import run_bench
+def cmd_loadgen(args: argparse.Namespace) -> int:
+    from pathlib import Path
 
-    pg = None if args.no_postgres else args.pg_url
-    return run_bench(console, pg_url=pg, out_dir=args.out, quick=args.quick)
+    from duplex_es.cli.loadgen import parse_steps, run_loadgen
+    from duplex_es.loadgen import LoadgenError
+
+    try:
+        return run_loadgen(
+            console, url=args.url, sessions=args.sessions, ramp=args.ramp, steps=parse_steps(args.steps), duration_s=args.duration_s,
+            warmup_s=args.warmup_s, chunk_ms=args.chunk_ms, audio=Path(args.audio) if args.audio else None,
+            target_p99_ms=args.target_p99_ms, time_budget_s=args.time_budget_s, as_json=args.json,
+        )
+    except LoadgenError as exc:
+        raise CliError(str(exc)) from exc
 
 
 # -------------------------------------------------------------------------------------- parser
@@ -260,6 +274,22 @@ def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or a positive integer, got {text}")
+    return value
+
+
+def _owner_ttl_ms(text: str) -> int:
+    from duplex_es.server.sessions import MAX_OWNER_TTL_MS, MIN_OWNER_TTL_MS
+
+    value = int(text)
+    if not MIN_OWNER_TTL_MS <= value <= MAX_OWNER_TTL_MS:
+        raise argparse.ArgumentTypeError(f"an ownership lease is {MIN_OWNER_TTL_MS}..{MAX_OWNER_TTL_MS} ms, got {text}")
+    return value
+
+
+def _window_ms(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"a group-commit window is 0..1000 ms, got {text}")
     return value
 
 
@@ -314,6 +344,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reaper-interval-ms", type=_positive_int, default=1000, help="how often leases are checked (ms)")
     p.add_argument(
         "--snapshot-every", type=_non_negative_int, default=1000, help="snapshot a session's state every N events (0: never; default 1000)"
+    )
+    p.add_argument(
+        "--server-id",
+        help="this server's name in the session ownership table (default HOST:PORT, so a server restarted "
+        "on the same port takes its sessions up at once; give each server sharing a database its own)",
+    )
+    p.add_argument(
+        "--owner-ttl-ms", type=_owner_ttl_ms, default=10_000,
+        help="session ownership lease (ms): sessions of a server silent this long are taken up by another",
+    )
+    p.add_argument(
+        "--group-commit-window-ms", type=_window_ms, default=0.0,
+        help="how long the group-commit writer waits for more commands before a commit (ms; default 0: "
+        "commit what is queued at once)",
+    )
+    p.add_argument(
+        "--sqlite-synchronous", choices=["FULL", "NORMAL", "OFF"], default="FULL",
+        help="SQLite's PRAGMA synchronous (default FULL: an acknowledged append survives power loss; OFF is for "
+        "measuring the cost of durability, e.g. with a database on /dev/shm)",
     )
     p.set_defaults(func=cmd_serve)
 
@@ -375,16 +424,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="chaos-output", help="folder for the database, process logs and chaos-results.json")
     p.set_defaults(func=cmd_chaos)
 
-    p = sub.add_parser("bench", parents=[common], help="measure the log and spoken turns on SQLite and PostgreSQL")
-    p.add_argument(
-        "--pg-url",
-        default=os.environ.get("DUPLEX_ES_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
-        help="PostgreSQL server to measure (a scratch schema is created and dropped)",
-    )
-    p.add_argument("--no-postgres", action="store_true", help="measure SQLite only")
-    p.add_argument("--out", default="bench", help="folder for results.json and RESULTS.md")
-    p.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
-    p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("bench", parents=[common], help="benchmark the log against eventsourcing and raw drivers on SQLite and PostgreSQL")
+    from duplex_es.cli.bench import add_bench_arguments  # the options live with the command
+
+    add_bench_arguments(p)  # sets func to duplex_es.cli.bench.bench_command
+
+    p = sub.add_parser("loadgen", parents=[common], help="drive a running server with concurrent realtime speech sessions; print append → ack latency")
+    p.add_argument("--url", default="ws://127.0.0.1:8000/v1/realtime", help="the server's realtime endpoint (loopback only)")
+    p.add_argument("--sessions", type=_positive_int, default=25, help="concurrent sessions of a single run (default 25)")
+    p.add_argument("--ramp", action="store_true", help="find the largest session count whose append → ack p99 holds the target")
+    p.add_argument("--steps", default="1,2,5,10,25,50,100,150,200,250,300,400,500", help="session counts a ramp tries, in order")
+    p.add_argument("--duration-s", type=float, default=10.0, help="measured seconds per run (after the warm-up)")
+    p.add_argument("--warmup-s", type=float, default=1.0, help="seconds of load before measuring")
+    p.add_argument("--chunk-ms", type=_positive_int, default=20, help="audio per append (ms of PCM16 24 kHz)")
+    p.add_argument("--audio", default=None, help="a mono PCM16 WAV to loop (default: the shared weather question)")
+    p.add_argument("--target-p99-ms", type=float, default=50.0, help="the append → ack p99 a run must hold (ms)")
+    p.add_argument("--time-budget-s", type=float, default=300.0, help="a ramp stops before exceeding this many seconds")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_loadgen)
     return parser
 
 

@@ -1,0 +1,66 @@
+"""Issue 6 §3's table: what each row measures, on which backends, and its target (a goal on a
+2-core machine, reported as met or short, never asserted)."""
+
+from __future__ import annotations
+
+__all__ = ["MEASUREMENTS", "BACKENDS", "target", "ALL_ROWS", "OUR_ROWS", "SERVING_ROWS"]
+
+#: What each row measures.
+MEASUREMENTS: dict[int, str] = {
+    1: "durable append, one event per command (one client)",
+    2: "durable append, one event per command, one client",
+    3: "4 concurrent writers, one event per command, commit-ordered positions",
+    4: "batched append, 100 events per transaction",
+    5: "full rebuild through decode + reducer",
+    6: "load of a session (snapshot + tail) at 10k / 100k / 1M events",
+    7: "tick claim latency",
+    8: "wake-up: commit of a tick → idle worker claiming it",
+    9: "worker output commit → the client's WebSocket frame",
+    10: "realtime load: concurrent speech sessions, 20 ms PCM16 chunks at real time, one server",
+    11: "cost of durability: row 10 against an in-memory log",
+    12: "append latency as the log grows",
+}
+
+#: The backends each row is measured on.
+BACKENDS: dict[int, tuple[str, ...]] = {
+    1: ("sqlite",),
+    2: ("postgresql",),
+    3: ("postgresql",),
+    **{r: ("sqlite", "postgresql") for r in (4, 5, 6, 7, 8, 9, 10, 11, 12)},
+}
+
+_TARGETS: dict[tuple[int, str], str] = {
+    (1, "sqlite"): "≥ 2,500 ev/s, p99 ≤ 2 ms; ≥ 1.4× eventsourcing",
+    (2, "postgresql"): "≥ 800 ev/s, p99 ≤ 4 ms; ≥ 1.45× eventsourcing",
+    (3, "postgresql"): "≥ 2,000 ev/s, positions in commit order",
+    (4, "sqlite"): "≥ 80,000 ev/s",
+    (4, "postgresql"): "≥ 20,000 ev/s",
+    (5, "sqlite"): "≥ 100,000 ev/s; ≥ 3.5× eventsourcing replay",
+    (5, "postgresql"): "≥ 80,000 ev/s; ≥ 3.5× eventsourcing replay",
+    (6, "sqlite"): "p99 ≤ 5 ms at 1M events, flat in history length (≤ 1.5× the p99 at 10k)",
+    (6, "postgresql"): "p99 ≤ 5 ms at 1M events, flat in history length (≤ 1.5× the p99 at 10k)",
+    (7, "sqlite"): "p50 ≤ 100 µs, p99 ≤ 1 ms",
+    (7, "postgresql"): "p50 ≤ 1 ms, p99 ≤ 3 ms",
+    (8, "sqlite"): "p99 ≤ 20 ms (polling)",
+    (8, "postgresql"): "p99 ≤ 2 ms (LISTEN/NOTIFY)",
+    (9, "sqlite"): "p99 ≤ 20 ms",
+    (9, "postgresql"): "p99 ≤ 10 ms",
+    (10, "sqlite"): "≥ 100 sessions with append → logged → acknowledged p99 ≤ 50 ms",
+    (10, "postgresql"): "≥ 100 sessions with append → logged → acknowledged p99 ≤ 50 ms",
+    (11, "sqlite"): "report the ratio; aim for ≥ 0.8",
+    (11, "postgresql"): "report the ratio; aim for ≥ 0.8",
+    (12, "sqlite"): "p50 at 10M events ≤ 1.5× p50 at 10k events",
+    (12, "postgresql"): "p50 at 10M events ≤ 1.5× p50 at 10k events",
+}
+
+#: Every row of the table.
+ALL_ROWS = tuple(range(1, 13))
+#: The rows this package measures itself.
+OUR_ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 12)
+#: The rows :mod:`duplex_es.bench.serving` measures.
+SERVING_ROWS = (9, 10, 11)
+
+
+def target(row: int, backend: str) -> str:
+    """The issue's target for ``row`` on ``backend``."""
+    return _TARGETS.get((row, backend), "")

@@ -1,0 +1,103 @@
+"""``duplex-es bench --quick`` (issue 6 §3): the suite runs a few rows on each backend and writes
+both report files with those rows. Untimed: no figure is checked, only that it is there."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from duplex_es.bench.databases import pg_base_url, pg_conninfo
+from duplex_es.bench.report import render_markdown
+from duplex_es.cli.bench import parse_rows
+from duplex_es.cli.main import main
+
+pytest.importorskip("eventsourcing", reason="the bench extra is not installed (pip install .[bench])")
+pytest.importorskip("hdrh", reason="the bench extra is not installed (pip install .[bench])")
+
+
+def _bench(out: Path, *args: str, monkeypatch: pytest.MonkeyPatch) -> dict:
+    monkeypatch.chdir(out.parent)  # the SQLite bench files go under the working directory
+    assert main(["bench", "--quick", "--out", str(out), *args]) == 0
+    results = json.loads((out / "results.json").read_text())
+    md = (out / "RESULTS.md").read_text()
+    assert md == render_markdown(results)
+    assert "disk `fdatasync`" in md and "synchronous" in md
+    return results
+
+
+def _check_row(row: dict, number: int, backend: str) -> None:
+    assert (row["row"], row["backend"]) == (number, backend)
+    assert row["note"] and not row["note"].startswith("not measured"), row["note"]
+    assert row["target"] and row["durability"]
+    assert row["p50_ms"] is not None and row["p99_ms"] is not None
+    assert row["met"] in (True, False, None)
+    assert row["comparisons"], "every row carries its comparison"
+    for c in row["comparisons"]:
+        assert c["name"] and "ratio" in c
+
+
+def test_quick_bench_on_sqlite_writes_both_files_with_the_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    out = tmp_path / "bench"
+    results = _bench(out, "--backend", "sqlite", "--rows", "1,4,6,12", "--log-events", "12000", monkeypatch=monkeypatch)
+    rows = {r["row"]: r for r in results["rows"]}
+    assert sorted(rows) == [1, 4, 6, 12]
+    for n, r in rows.items():
+        _check_row(r, n, "sqlite")
+    assert rows[1]["events_per_s"] and rows[4]["events_per_s"]
+    names = " ".join(c["name"] for c in rows[1]["comparisons"])
+    assert "eventsourcing 9.5.6" in names and "raw sqlite3" in names
+    assert "recursive CTE" in rows[12]["note"]
+    assert results["machine"]["disk_fdatasync"]["p50_ms"] > 0
+    assert results["machine"]["sqlite_durability"].endswith("synchronous=FULL")
+    md = (out / "RESULTS.md").read_text()
+    for n in (1, 4, 6, 12):
+        assert f"| {n} | sqlite |" in md
+    assert not list(tmp_path.glob(".bench-*")), "the bench's temp folder is removed"
+
+
+def test_quick_bench_on_postgresql_drops_its_schemas(pg_schema_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    out = tmp_path / "bench"
+    results = _bench(out, "--backend", "postgresql", "--pg", pg_schema_url, "--rows", "2,3,7", monkeypatch=monkeypatch)
+    rows = {r["row"]: r for r in results["rows"]}
+    assert sorted(rows) == [2, 3, 7]
+    for n, r in rows.items():
+        _check_row(r, n, "postgresql")
+    assert "commit order" in rows[3]["note"] and "0 late fills" in rows[3]["note"]
+    assert "synchronous_commit" in results["machine"]["postgresql_durability"]
+    with psycopg.connect(pg_conninfo(pg_base_url(pg_schema_url)), autocommit=True) as conn:
+        left = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname LIKE %s", (f"dxes_bench_{os.getpid()}_%",)).fetchone()[0]
+    assert left == 0
+
+
+def test_rows_option():
+    assert parse_rows("all") == (tuple(range(1, 13)), True)
+    assert parse_rows("12, 1,extras") == ((1, 12), True)
+    with pytest.raises(Exception):
+        parse_rows("13")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_bulk_history_writes_what_append_would(backend: str, tmp_path: Path):
+    """Row 5 and 6 fill their sessions in bulk; the rows must be the log's own: they decode,
+    fold to the cached state, and audit clean (hash chain, seqs)."""
+    from duplex_es.audit import audit_session
+    from duplex_es.bench.databases import fresh_database
+    from duplex_es.bench.fill import bulk_history, history_state
+    from duplex_es.domain import fold
+    from duplex_es.store import EventLog
+
+    from conftest import PG_BASE_URL
+
+    with fresh_database(backend, tmp_path, PG_BASE_URL, "bulk") as bdb:
+        db = bdb.duplex()
+        log = EventLog(db)
+        bulk_history(bdb, "bulk", 1234)
+        records = log.read_session("bulk")
+        assert [r.seq for r in records] == list(range(1, 1235))
+        assert fold((r.seq, r.event) for r in records) == history_state("bulk", 1234)
+        assert audit_session(log, "bulk").ok
+        db.dispose()
