@@ -65,9 +65,14 @@ def claim_row(ctx: BenchContext, backend: str) -> Row:
     p50, p99 = ours["p50_ms"] or 1e9, ours["p99_ms"] or 1e9
     met = (p50 <= 0.1 and p99 <= 1.0) if backend == "sqlite" else (p50 <= 1.0 and p99 <= 3.0)
     note = (
-        "a claim = TickQueue.claim of the oldest pending tick (a read, then a write transaction that marks it claimed "
-        "and reads its tick.issued event); the queue holds the ticks beforehand."
-        + (" Under synchronous=FULL every claim's commit waits for fdatasync." if backend == "sqlite" else "")
+        "a claim = TickQueue.claim of the oldest pending tick ("
+        + (
+            "a read, then BEGIN IMMEDIATE with one UPDATE … RETURNING and the tick.issued read; under "
+            "synchronous=FULL every claim's commit waits for fdatasync"
+            if backend == "sqlite"
+            else "one autocommit UPDATE … (SELECT … FOR UPDATE SKIP LOCKED) … FROM events RETURNING"
+        )
+        + "); the queue holds the ticks beforehand."
     )
     return build_row(
         row, backend, MEASUREMENTS[row], ours, n=figures[0].ops, target=target(row, backend), met=met,
