@@ -19,7 +19,7 @@ def test_a_short_chaos_run_finds_no_violation(tmp_path: Path, backend: str):
     with backend_url(backend, tmp_path) as url:
         args = ["chaos", "--db", url, "--speech", "2", "--world", "1", "--kills", "4", "--window-s", "14", "--turns", "1",
                 "--seed", "7", "--out", str(tmp_path / "chaos"), "--log-level", "WARNING"]
-        run = subprocess.run([sys.executable, "-m", "duplex_es.cli.main", *args], capture_output=True, text=True, timeout=600)
+        run = subprocess.run([sys.executable, "-m", "duplex_es.cli.main", *args], capture_output=True, text=True, timeout=270)
         assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
         result = json.loads((tmp_path / "chaos" / "chaos-results.json").read_text())
     assert result["violations"] == [] and result["finished"] == result["sessions"] == 3

@@ -48,7 +48,10 @@ __all__ = ["run_chaos", "ChaosReport"]
 
 MODEL = "duplex-es-echo"
 SERVER_ARGS = ["--disconnect-grace-ms", "120000", "--snapshot-every", "25", "--reaper-interval-ms", "500"]
-WORKER_ARGS = ["--claim-ttl-ms", "1500", "--chunk-ms", "500"]
+# The claim must outlast the slowest step: pocketsphinx holds the GIL for the whole first step
+# (~2.2 s for the 5.2 s question on a slow 2-core VM), so the heartbeat cannot extend a shorter
+# claim and workers would keep taking the tick from each other.
+WORKER_ARGS = ["--claim-ttl-ms", "5000", "--chunk-ms", "500"]
 
 
 @attrs.define
