@@ -272,10 +272,7 @@ class SessionHost:
                     raise RuntimeError(f"session {self.session_id}: the resume logged nothing")
                 return outcome
             if old is not None:
-                generation = outcome.event.lease_generation
-                old.put_nowait(
-                    {"type": "session.replaced", "event_id": new_id("event"), "session_id": self.session_id, "lease_generation": generation}
-                )
+                old.put_nowait(self._replaced(outcome.event.lease_generation))
                 old.put_nowait(_END)
             self._queue = asyncio.Queue()
             self.listener += 1
@@ -437,6 +434,10 @@ class SessionHost:
             return
         await self._publish(records)
 
+    def _replaced(self, generation: int, **extra: str) -> dict[str, Any]:
+        """The ``session.replaced`` told to a listener whose session went to another client."""
+        return {"type": "session.replaced", "event_id": new_id("event"), "session_id": self.session_id, "lease_generation": generation, **extra}
+
     def _lose(self, reason: str) -> None:
         """The session moved to another server: end the listener's stream with
         ``session.replaced`` (its socket closes with 4000) and stop acting for it."""
@@ -445,15 +446,7 @@ class SessionHost:
         self.moved = reason
         log.info("session %s moved: %s", self.session_id, reason)
         if self._queue is not None:
-            self._queue.put_nowait(
-                {
-                    "type": "session.replaced",
-                    "event_id": new_id("event"),
-                    "session_id": self.session_id,
-                    "lease_generation": self.state.lease.generation,
-                    "reason": "moved_to_another_server",
-                }
-            )
+            self._queue.put_nowait(self._replaced(self.state.lease.generation, reason="moved_to_another_server"))
             self._queue.put_nowait(_END)
             self._queue = None
         self.listener += 1

@@ -23,7 +23,6 @@ from duplex_es.store.appendsql import AppendSql
 from duplex_es.store.database import Database, driver_connection
 from duplex_es.store.ownership import Fence, OwnershipLost
 from duplex_es.store.schema import events as events_t
-from duplex_es.store.schema import idempotency as idem_t
 from duplex_es.store.schema import ticks as ticks_t
 
 __all__ = [

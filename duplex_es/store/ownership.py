@@ -7,7 +7,7 @@ of them at a time, recorded in ``session_owners``:
   a different holder (or by the same holder after a restart) raises the session's
   ``generation`` by one and returns a :class:`Fence` carrying it;
 * every append of a command passes its fence, and the log checks it in the append's own
-  transaction (:meth:`SessionOwners.owners_in`), so a server that lost the session — a client
+  transaction (``AppendSql.owners`` in ``duplex_es/store/appendsql.py``, share-locked on PostgreSQL), so a server that lost the session — a client
   resumed it elsewhere, or its lease ran out while it was stalled — cannot write, whatever it
   still believes (the fencing token of Kleppmann, *Designing Data-Intensive Applications*
   ch. 8, "Fencing tokens");
@@ -22,12 +22,11 @@ claims instead (:mod:`duplex_es.store.ticks`).
 from __future__ import annotations
 
 import time
-from typing import Optional, Sequence
+from typing import Optional
 
 import attrs
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection
 
 from duplex_es.store.database import Database
 from duplex_es.store.schema import session_owners as owners_t
@@ -36,12 +35,6 @@ __all__ = ["Fence", "OwnershipLost", "SessionOwned", "SessionOwners", "DEFAULT_O
 
 #: How long an owner's lease lasts without renewal (ms). A server renews about every third of it.
 DEFAULT_OWNER_TTL_MS = 10_000
-
-
-_OWNERS_SQLITE = sa.select(owners_t.c.session_id, owners_t.c.owner_id, owners_t.c.generation).where(
-    owners_t.c.session_id.in_(sa.bindparam("sids", expanding=True))
-)
-_OWNERS_PG = _OWNERS_SQLITE.with_for_update(read=True)
 
 
 def _now_us() -> int:
@@ -204,16 +197,3 @@ class SessionOwners:
                 sa.select(owners_t.c.session_id).where(owners_t.c.owner_id != owner_id, owners_t.c.expires_at_us >= now)
             )
             return {r[0] for r in rows}
-
-    @staticmethod
-    def owners_in(conn: Connection, session_ids: Sequence[str], *, is_sqlite: bool) -> dict[str, tuple[str, int]]:
-        """Inside a write transaction: ``{session: (owner_id, generation)}`` for those of
-        ``session_ids`` that have an owner, to check appends' fences against.
-
-        On PostgreSQL the rows are share-locked until the transaction ends, so a concurrent
-        :meth:`acquire` waits for these appends: an append is ordered before a move, never
-        after it.
-        """
-        q = _OWNERS_SQLITE if is_sqlite else _OWNERS_PG
-        rows = conn.execute(q, {"sids": list(dict.fromkeys(session_ids))})
-        return {row.session_id: (row.owner_id, row.generation) for row in rows}

@@ -25,7 +25,6 @@ import sqlalchemy as sa
 from duplex_es.events import Event, TickIssued, WorldTickIssued, decode
 from duplex_es.store.database import driver_connection
 from duplex_es.store.log import ANY_SEQ, EventLog, Recorded
-from duplex_es.store.schema import events as events_t
 from duplex_es.store.schema import ticks as ticks_t
 
 __all__ = ["Claim", "ClaimLost", "CommitResult", "TickQueue"]
