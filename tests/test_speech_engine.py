@@ -3,6 +3,9 @@ and that it says it the same way every time."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 import attrs
@@ -17,6 +20,42 @@ from duplex_es.worker.speech.tts import ESPEAK_VOICES, Synthesizer
 def test_the_recognizer_hears_the_fixture_question(weather_pcm: bytes):
     heard = Recognizer().transcribe(weather_pcm, 24000)
     assert "weather" in heard and "tomorrow afternoon" in heard
+
+
+def test_a_long_decode_leaves_the_workers_other_threads_running(weather_pcm: bytes):
+    # The claim heartbeat is such a thread: pocketsphinx in the worker's own process kept the GIL
+    # for the whole decode (seconds), the claim expired mid-step and workers took the tick from
+    # each other. Three questions in a row decode for several seconds on this machine.
+    asr = Recognizer()
+    gaps: list[float] = []
+    stop = threading.Event()
+
+    def beat() -> None:
+        last = time.monotonic()
+        while not stop.wait(0.02):
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    t = threading.Thread(target=beat)
+    t.start()
+    started = time.monotonic()
+    heard = asr.transcribe(weather_pcm * 3, 24000)
+    took = time.monotonic() - started
+    stop.set()
+    t.join()
+    asr.close()
+    assert heard.count("tomorrow afternoon") >= 2
+    assert took > 1.0 and max(gaps) < 0.5, (took, max(gaps))
+
+
+def test_a_recognizer_whose_child_died_starts_another(weather_pcm: bytes):
+    asr = Recognizer()
+    first = asr.transcribe(weather_pcm, 24000)
+    asr._child.kill()  # the child process, as a crash or the OOM killer would
+    asr._child.wait()
+    assert asr.transcribe(weather_pcm, 24000) == first
+    asr.close()
 
 
 def test_synthesis_is_deterministic_across_calls_and_voices_differ():

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as dt
+import faulthandler
 import json
 import random
 import time
@@ -48,9 +49,8 @@ __all__ = ["run_chaos", "ChaosReport"]
 
 MODEL = "duplex-es-echo"
 SERVER_ARGS = ["--disconnect-grace-ms", "120000", "--snapshot-every", "25", "--reaper-interval-ms", "500"]
-# The claim must outlast the slowest step: pocketsphinx holds the GIL for the whole first step
-# (~2.2 s for the 5.2 s question on a slow 2-core VM), so the heartbeat cannot extend a shorter
-# claim and workers would keep taking the tick from each other.
+# The worker default claim (5 s), extended by the worker's heartbeat while a step runs; a killed
+# worker's tick is taken over once it expires.
 WORKER_ARGS = ["--claim-ttl-ms", "5000", "--chunk-ms", "500"]
 
 
@@ -115,7 +115,10 @@ class _Script:
         ``event_id``s) after every resume and whenever ``patience`` runs out."""
         while True:
             mark, resumes, sent_at = len(self.rec.events), self.rec.resumes, time.monotonic()
-            await self.connected.wait()
+            try:
+                await asyncio.wait_for(self.connected.wait(), max(0.0, self.deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                raise TimeoutError(f"{self.rec.name}: no connection before the deadline ({'; '.join(self.rec.notes[-3:])})") from None
             for payload in sends:
                 await self.send(payload)
             while True:
@@ -303,6 +306,8 @@ class Stack:
 
 
 async def _kill_schedule(stack: Stack, rng: random.Random, kills: int, window_s: float, stop: asyncio.Event, record: list[dict]) -> None:
+    """SIGKILL and restart processes at seeded instants; a restart that fails raises (the harness
+    records it as a violation: the clients would otherwise wait for a server that never returns)."""
     start = time.monotonic()
     victims = ["server"] * ((kills + 1) // 2) + ["worker"] * (kills // 2)  # half of each, in a seeded order
     rng.shuffle(victims)
@@ -429,6 +434,9 @@ def run_chaos(
     started = time.monotonic()
     kill_log: list[dict] = []
     recs: list[Received] = []
+    problems: list[str] = []
+    # A hang the deadlines do not cover still leaves a trace: every thread's stack on stderr.
+    faulthandler.dump_traceback_later(timeout_s + 120, exit=False)
     try:
         stack.start_server()
         for i in range(workers):
@@ -450,21 +458,33 @@ def run_chaos(
             schedule = asyncio.create_task(_kill_schedule(stack, rng, kills, window_s, stop, kill_log))
 
             async def calm_after_schedule() -> None:
-                await schedule
-                for c in clients:
-                    c.calm.set()
+                try:
+                    await schedule
+                except Exception as exc:
+                    problems.append(f"kill schedule stopped: {type(exc).__name__}: {str(exc)[:2000]}")
+                finally:
+                    for c in clients:
+                        c.calm.set()
 
             with console.status(f"{len(clients)} sessions, {kills} kills scheduled within {window_s:.0f} s (seed {seed})"):
                 calming = asyncio.create_task(calm_after_schedule())
-                await asyncio.gather(*(_drive(c) for c in clients))
+                try:
+                    # The scripts check the deadline themselves; this bounds a step that hangs.
+                    await asyncio.wait_for(asyncio.gather(*(_drive(c) for c in clients)), timeout_s + 30)
+                except asyncio.TimeoutError:
+                    problems.append(f"the scripts did not end within {timeout_s + 30:.0f} s")
                 stop.set()
                 await calming
 
         asyncio.run(main())
     finally:
+        faulthandler.cancel_dump_traceback_later()
         stack.stop()
     log = EventLog(db)
     checked, log_events, violations = check(log, recs)
+    violations = problems + violations
+    if violations:
+        _print_process_logs(console, stack.out)
     report = ChaosReport(
         sessions=len(recs),
         finished=sum(r.done for r in recs),
@@ -498,3 +518,13 @@ def _print(console: Console, report: ChaosReport, recs: list[Received], seed: in
     )
     for v in report.violations[:50]:
         console.print(f"[red]violation:[/] {v}", highlight=False)
+
+
+def _print_process_logs(console: Console, logs: Path, lines: int = 15) -> None:
+    """The warnings and errors each server and worker logged, last ``lines`` of each: what a
+    violation is usually explained by."""
+    for path in sorted(logs.glob("*.log")):
+        bad = [ln for ln in path.read_text(errors="replace").splitlines() if " INFO " not in ln]
+        if bad:
+            console.print(f"--- {path.name} (not INFO, last {lines})", highlight=False)
+            console.print("\n".join(bad[-lines:]), highlight=False, markup=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import socket
@@ -240,6 +241,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         seed=args.seed,
         window_s=args.window_s,
         turns=args.turns,
+        timeout_s=args.timeout_s,
     )
     return 0 if report.ok else 1
 
@@ -274,6 +276,13 @@ def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or a positive integer, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
 
 
@@ -418,9 +427,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speech", type=_non_negative_int, default=4, help="speech sessions (official openai SDK, fixture audio)")
     p.add_argument("--world", type=_non_negative_int, default=2, help="world sessions")
     p.add_argument("--kills", type=_non_negative_int, default=12, help="SIGKILLs of the server or a worker")
-    p.add_argument("--window-s", type=float, default=40.0, help="the kills fall at random instants within this many seconds")
+    p.add_argument("--window-s", type=_positive_float, default=40.0, help="the kills fall at random instants within this many seconds")
     p.add_argument("--turns", type=_positive_int, default=2, help="spoken questions per speech session")
     p.add_argument("--seed", type=int, default=1, help="seed of the kill schedule")
+    p.add_argument("--timeout-s", type=_positive_float, default=600.0, help="a client that has not finished its script by then is a violation (default 600)")
     p.add_argument("--out", default="chaos-output", help="folder for the database, process logs and chaos-results.json")
     p.set_defaults(func=cmd_chaos)
 
