@@ -401,3 +401,31 @@ def test_a_key_repeated_within_one_batch_is_written_once(log: EventLog):
     assert [r.duplicate for r in results] == [False, True, False]
     assert results[1].records == results[0].records
     assert [r.event.text for r in log.read_session("a")[1:]] == ["once", "next"]
+
+
+def test_awaited_appends_of_one_commit_each_learn_their_own_outcome(log: EventLog):
+    # The server's path: hosts on one event loop await append_async; one commit settles them all.
+    for sid in ("a", "b"):
+        _open(log, sid)
+    writer = GroupCommitWriter(log, window_ms=200)
+
+    async def main() -> list:
+        calls = [
+            asyncio.ensure_future(writer.append_async("a", [TextAppended(text="a1")], expected_seq=1)),
+            asyncio.ensure_future(writer.append_async("b", [TextAppended(text="b-wrong")], expected_seq=5)),
+            asyncio.ensure_future(writer.append_async("b", [TextAppended(text="b1")], expected_seq=1)),
+        ]
+        waited = asyncio.ensure_future(writer.append_async("a", [TextAppended(text="a2")], expected_seq=2))
+        await asyncio.sleep(0.05)  # all four are queued, in this order, inside the 200 ms window
+        waited.cancel()  # its caller gave up: the append still commits, as the log will say
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    try:
+        outcomes = asyncio.run(main())
+    finally:
+        writer.close()
+    assert outcomes[0].last_seq == 2 and outcomes[2].last_seq == 2
+    assert isinstance(outcomes[1], WrongExpectedSeq)
+    assert writer.transactions == 1
+    assert [r.event.text for r in log.read_session("a")[1:]] == ["a1", "a2"]
+    assert [r.event.text for r in log.read_session("b")[1:]] == ["b1"]

@@ -83,7 +83,7 @@ class LogFollower:
                     newest[sid] = seq
                 for sid, seq in newest.items():
                     host = live.get(sid)
-                    if host is not None and seq > host.state.seq:
+                    if host is not None and seq > max(host.state.seq, host.appending_through):
                         asyncio.create_task(self._wake(host))
                 # Most rows are this server's own appends: under load, polling back to back
                 # would spend a core re-reading them. One look per interval is enough.

@@ -148,6 +148,9 @@ class SessionHost:
         self.snapshots = snapshots
         self.snapshot_every = snapshot_every
         self.snapshot_seq = 0  # the newest snapshot taken (or loaded from)
+        # The last seq of this host's own append in flight (0: none). The log follower sees those
+        # rows commit before the host folds them; it must not wake the host to read them back.
+        self.appending_through = 0
         self._snapshot_task: Optional[asyncio.Task] = None
         self.state = SessionState()
         self._lock = asyncio.Lock()
@@ -382,27 +385,33 @@ class SessionHost:
                 # Only applied commands are keyed: a refusal changes nothing, and keying it
                 # would answer a corrected retry with the old error.
                 key = None
+            self.appending_through = self.state.seq + len(events)
             try:
                 with APPEND_SECONDS.time():
                     if self.writer is not None:
-                        future = self.writer.submit(
+                        result = await self.writer.append_async(
                             self.session_id, events, expected_seq=self.state.seq, idempotency_key=key, fence=self.fence
                         )
-                        result = await asyncio.wrap_future(future)
                     else:
                         result = await asyncio.to_thread(
                             self.log.append, self.session_id, events, expected_seq=self.state.seq,
                             idempotency_key=key, fence=self.fence,
                         )
             except WrongExpectedSeq:
+                self.appending_through = 0
                 await self._catch_up()
                 if self.moved is not None:
                     raise SessionMoved(self.session_id, self.moved)
                 continue
             except OwnershipLost as lost:
+                self.appending_through = 0
                 await self._catch_up(adopt=True)  # show what the new owner did, then let go
                 self._lose(f"owned by {lost.owner_id} at generation {lost.generation}")
                 raise SessionMoved(self.session_id, self.moved or "moved") from lost
+            except BaseException:
+                self.appending_through = 0
+                raise
+            self.appending_through = 0  # _publish starts folding them before it first yields
             if result.duplicate:
                 first, last = result.records[0].seq, result.records[-1].seq
                 command = Invalid(

@@ -19,6 +19,7 @@ after the commit that holds its events returned (DESIGN I4).
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import concurrent.futures
 import logging
@@ -48,7 +49,18 @@ BATCH_COMMANDS = Histogram(
 @attrs.define
 class _Request:
     append: AppendRequest
-    future: concurrent.futures.Future
+    future: concurrent.futures.Future | asyncio.Future
+    loop: Optional[asyncio.AbstractEventLoop] = None  # set for an asyncio future
+
+
+def _settle_async(settled: list[tuple[asyncio.Future, object]]) -> None:
+    for future, outcome in settled:
+        if future.cancelled():
+            continue  # its caller went away; the commit stands, as the log says
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
 
 
 class GroupCommitWriter:
@@ -92,13 +104,39 @@ class GroupCommitWriter:
             RuntimeError: the writer was closed.
         """
         future: concurrent.futures.Future = concurrent.futures.Future()
+        self._enqueue(_Request(AppendRequest(session_id, tuple(events), expected_seq, idempotency_key, fence), future))
+        return future
+
+    async def append_async(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_seq: int,
+        idempotency_key: Optional[str] = None,
+        fence: Optional[Fence] = None,
+    ) -> AppendResult:
+        """:meth:`submit` for a caller on an event loop: the same contract, awaited.
+
+        The writer settles all the loop's callers of one commit with one
+        ``call_soon_threadsafe`` (one wake-up of the loop per commit, not one per command;
+        under load those wake-ups were a sixth of the server's CPU). A caller cancelled while
+        waiting does not cancel its append.
+
+        Raises:
+            RuntimeError: the writer was closed.
+        """
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._enqueue(_Request(AppendRequest(session_id, tuple(events), expected_seq, idempotency_key, fence), future, loop))
+        return await future
+
+    def _enqueue(self, request: _Request) -> None:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the group-commit writer is closed")
-            request = AppendRequest(session_id, tuple(events), expected_seq, idempotency_key, fence)
-            self._pending.append(_Request(request, future))
+            self._pending.append(request)
             self._cond.notify()
-        return future
 
     def append(
         self,
@@ -141,33 +179,49 @@ class GroupCommitWriter:
             batch = self._take()
             if not batch:
                 return  # closed and drained
-            live = [r for r in batch if r.future.set_running_or_notify_cancel()]
-            if live:
-                try:
-                    self._commit_group(live)
-                except BaseException as exc:  # never leave a caller waiting forever
-                    log.exception("group commit failed unexpectedly")
-                    for r in live:
-                        if not r.future.done():
-                            r.future.set_exception(exc)
+            live = [r for r in batch if r.loop is not None or r.future.set_running_or_notify_cancel()]
+            if not live:
+                continue
+            settled: list[tuple[_Request, object]] = []
+            try:
+                self._commit_group(live, settled)
+            except BaseException as exc:  # never leave a caller waiting forever
+                log.exception("group commit failed unexpectedly")
+                done = {id(r) for r, _ in settled}
+                settled += [(r, exc) for r in live if id(r) not in done]
+            self._settle(settled)
 
-    def _commit_group(self, batch: list[_Request]) -> None:
+    def _commit_group(self, batch: list[_Request], settled: list[tuple[_Request, object]]) -> None:
+        """Commit ``batch`` and add each request's outcome to ``settled`` (nobody learns anything
+        before the commit returned)."""
         try:
             with self.log.db.write() as conn:
                 outcomes = self.log.append_batch_in(conn, [r.append for r in batch])
         except (sa.exc.DBAPIError, *DRIVER_ERRORS) as exc:
             if len(batch) == 1:
-                batch[0].future.set_exception(exc)
+                settled.append((batch[0], exc))
                 return
             log.warning("group of %d commands failed (%s); committing them one by one", len(batch), exc)
             for r in batch:
-                self._commit_group([r])
+                self._commit_group([r], settled)
             return
         self.transactions += 1
         self.commands += len(batch)
         BATCH_COMMANDS.observe(len(batch))
-        for r, outcome in zip(batch, outcomes):  # only now, after the commit, does anyone learn anything
-            if isinstance(outcome, BaseException):
+        settled.extend(zip(batch, outcomes))
+
+    @staticmethod
+    def _settle(settled: list[tuple[_Request, object]]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, object]]] = {}
+        for r, outcome in settled:
+            if r.loop is not None:
+                by_loop.setdefault(r.loop, []).append((r.future, outcome))  # type: ignore[arg-type]
+            elif isinstance(outcome, BaseException):
                 r.future.set_exception(outcome)
             else:
                 r.future.set_result(outcome)
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle_async, items)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                pass
