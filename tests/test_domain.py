@@ -600,6 +600,29 @@ def test_resume_checks_the_token_then_the_generation_and_rotates_the_token():
     assert (h.state.lease.generation, h.state.lease.token_hash) == (2, _digest("t1"))
 
 
+def test_a_resume_whose_reply_was_lost_can_be_retried_with_the_old_token_while_detached():
+    # The server (or the connection) died after logging session.resumed, before the client got
+    # the rotated token: the client still holds only the old one.
+    from duplex_es.domain import Detach, OpenSession, Resume
+
+    h = Harness()
+    h.run(OpenSession(session_id="sess_l", model="m", resume_token_hash=_digest("t0")))
+    h.run(Detach(at_ms=1_000))
+    h.run(Resume(expected_generation=0, at_ms=1_100, token_hash=_digest("t0"), new_token_hash=_digest("t1")))
+    # Attached: the old token is a conflict (another client holds the session).
+    only_rejection(h.run(Resume(expected_generation=1, at_ms=1_200, token_hash=_digest("t0"))), Code.RESUME_CONFLICT)
+    h.run(Detach(at_ms=1_300, reason="server_restart"))
+    [again] = h.run(Resume(expected_generation=1, at_ms=1_400, token_hash=_digest("t0"), new_token_hash=_digest("t2")))
+    assert again.lease_generation == 2 and h.state.lease.token_hash == _digest("t2")
+    # That resume moved the leeway on: t0 is refused for good, even while detached.
+    h.run(Detach(at_ms=1_500))
+    only_rejection(h.run(Resume(expected_generation=2, at_ms=1_600, token_hash=_digest("t0"))), Code.RESUME_CONFLICT)
+    assert h.run(Resume(expected_generation=2, at_ms=1_700, token_hash=_digest("t2"), new_token_hash=_digest("t3")))[0].lease_generation == 3
+    h.run(Detach(at_ms=1_800))
+    for old in ("t0", "t1"):
+        only_rejection(h.run(Resume(expected_generation=3, at_ms=1_900, token_hash=_digest(old))), Code.RESUME_CONFLICT)
+
+
 def test_a_detached_world_issues_no_ticks_and_realtime_pacing_skips_the_pause():
     from duplex_es.domain import Detach, Pump, Resume
     from duplex_es.domain.world import StartWorld, next_tick_due_ms

@@ -472,3 +472,41 @@ def test_resuming_the_connections_own_session_is_refused_and_a_corrected_retry_w
     c.recv("session.resumed")
     assert c.session_id == a.session_id
     c.close()
+
+
+def test_a_resume_whose_reply_never_arrived_is_retried_with_the_old_token(stack):
+    """The rotated token travels only in session.resumed. A client whose connection (or server)
+    died after the resume was logged but before that event arrived holds only the old token:
+    retrying with it once the session is detached again must work, or the session is lost."""
+    port, log, _ = stack
+    a = WsClient(port)
+    a.drop()
+    wait_for(log, a.session_id, "session.detached")
+
+    def count(kind: str) -> int:
+        return sum(1 for r in log.read_session(a.session_id) if r.event.TYPE == kind)
+
+    lost = WsClient(port, first=resume_msg(a), wait=False)
+    deadline = time.monotonic() + 10
+    while count("session.resumed") < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    lost.drop()  # never reads the session.resumed carrying the new token
+    while count("session.detached") < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert count("session.resumed") == 1 and count("session.detached") == 2
+
+    retry = WsClient(port, first=resume_msg(a))
+    resumed = retry.events[-1]
+    assert resumed["type"] == "session.resumed" and resumed["session_id"] == a.session_id
+    assert resumed["resume_token"] not in (a.token, None)
+    retry.send({"type": "session.heartbeat"})
+    retry.recv("session.heartbeat_ack")
+    retry.drop()
+    wait_for(log, a.session_id, "session.resumed")
+    while count("session.detached") < 3 and time.monotonic() < deadline + 10:
+        time.sleep(0.02)
+    # The old token was good for one retry only.
+    stale = WsClient(port, first=resume_msg(a), wait=False)
+    assert stale.error()["code"] == Code.RESUME_CONFLICT
+    stale.close()
+    assert not audit_session(log, a.session_id).violations

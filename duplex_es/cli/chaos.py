@@ -82,6 +82,8 @@ class Received:
             self.current = self.session_id = ev["session_id"]
             self.token = ev["resume_token"]
             self.resumes += 1
+        elif kind == "error" and ev["error"].get("code") in ("session_resume_conflict", "invalid_resume_token"):
+            self.notes.append(f"resume refused: {ev['error']['code']}: {ev['error'].get('message')}")
         self.events.append((self.current, ev))
         if self.current != self.session_id:
             return

@@ -33,9 +33,16 @@ def _same(a: str, b: str) -> bool:
 def resume_events(cmd: Resume, state: HasLease) -> list[Event]:
     """The events of a resume against an open session: ``session.resumed``, or a refusal with
     ``invalid_resume_token`` (a token this session never issued), ``session_resume_conflict``
-    (a token a later resume rotated away, or a lease generation that moved on)."""
+    (a token a later resume rotated away, or a lease generation that moved on).
+
+    One rotated-away token is still good while the session is detached: the one the latest
+    resume rotated away. The new token travels only in that resume's ``session.resumed``; when
+    the connection or the server died before it arrived, the client holds nothing else and
+    retries with the old one — the leeway refresh-token rotation (RFC 6819 §5.2.2.3) is commonly
+    given for a lost reply. Every resume moves it on, so older tokens stay refused; while a
+    client is attached it is refused too, so two clients racing with one token get one winner."""
     lease: Lease = state.lease
-    if cmd.token_hash is not None:
+    if cmd.token_hash is not None and not _retry_of_latest_resume(cmd.token_hash, lease):
         if lease.token_hash is None or not _same(cmd.token_hash, lease.token_hash):
             if any(_same(cmd.token_hash, old) for old in lease.retired_token_hashes):
                 return reject(
@@ -61,6 +68,10 @@ def resume_events(cmd: Resume, state: HasLease) -> list[Event]:
             last_server_event_seq=cmd.last_server_event_seq,
         )
     ]
+
+
+def _retry_of_latest_resume(token_hash: str, lease: Lease) -> bool:
+    return lease.detached_at_ms is not None and bool(lease.retired_token_hashes) and _same(token_hash, lease.retired_token_hashes[-1])
 
 
 def grace_still_running_out(cmd: Expire, lease: Lease) -> bool:
