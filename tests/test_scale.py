@@ -403,11 +403,13 @@ def test_a_key_repeated_within_one_batch_is_written_once(log: EventLog):
     assert [r.event.text for r in log.read_session("a")[1:]] == ["once", "next"]
 
 
-def test_awaited_appends_of_one_commit_each_learn_their_own_outcome(log: EventLog):
-    # The server's path: hosts on one event loop await append_async; one commit settles them all.
+@pytest.mark.parametrize("inline", [False, True], ids=["thread", "inline"])
+def test_awaited_appends_of_one_commit_each_learn_their_own_outcome(log: EventLog, inline: bool):
+    # The server's path: hosts on one event loop await append_async; one commit settles them all,
+    # committed by the writer's thread or (inline, the server on SQLite) on the loop itself.
     for sid in ("a", "b"):
         _open(log, sid)
-    writer = GroupCommitWriter(log, window_ms=200)
+    writer = GroupCommitWriter(log, window_ms=200, inline=inline)
 
     async def main() -> list:
         calls = [

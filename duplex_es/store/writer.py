@@ -6,7 +6,9 @@ round trip (PostgreSQL), whatever it holds; under the global-order lock only one
 a time. So commands that arrive while a commit is in flight wait for it and then share the next
 one — the batching of effect-cqrs' PostgreSQL store and of ObneyAI/grain's SQLite write queue
 (``reference/event-store-anchors.md`` §C.4, §C.6). One command alone pays nothing extra: with
-the default window of 0 the writer never waits for company, it takes what is queued.
+the default window of 0 the writer never waits for company, it takes what is queued. On SQLite
+the server commits on its event loop instead (``inline``): the commands decided in one turn of
+the loop share the transaction, with no thread and no GIL hand-offs in between.
 
 Each command keeps its own checks — fence, idempotency key, expected seq — run inside the shared
 transaction in arrival order (a later command sees an earlier one's events), and fails alone:
@@ -64,24 +66,35 @@ def _settle_async(settled: list[tuple[asyncio.Future, object]]) -> None:
 
 
 class GroupCommitWriter:
-    """The appends of one process, committed in groups by one background thread.
+    """The appends of one process, committed in groups by one background thread — or, with
+    ``inline``, the awaited ones on the event loop itself.
 
     Args:
         log: the event log to append to.
         window_ms: after taking the first waiting command, wait this long for more before
             committing (0: take only what is already queued — no added latency).
         max_batch: the most commands in one transaction.
+        inline: commit :meth:`append_async` batches on the caller's event loop (the commands
+            decided in one turn of the loop share one transaction) instead of in the thread.
+            For SQLite, where a commit is a local fsync of well under a millisecond: the
+            thread spent most of its batch waiting for the GIL, once per statement, which the
+            busy loop holds for up to the 5 ms switch interval, so under load a batch took tens
+            of ms (issue 6 row 10: 30 sessions held p99 246 ms in the thread, 56 ms inline).
+            Not for PostgreSQL: a commit there waits on the network and on the other servers'
+            append lock, which must not stall the loop. :meth:`submit` always uses the thread.
     """
 
-    def __init__(self, log: EventLog, *, window_ms: float = 0.0, max_batch: int = 512) -> None:
+    def __init__(self, log: EventLog, *, window_ms: float = 0.0, max_batch: int = 512, inline: bool = False) -> None:
         if window_ms < 0 or max_batch < 1:
             raise ValueError("window_ms must be >= 0 and max_batch >= 1")
         self.log = log
+        self.inline = inline
         self.window_ms = window_ms
         self.max_batch = max_batch
         self.transactions = 0  #: commits made (for operators and benchmarks)
         self.commands = 0  #: commands committed or refused
         self._pending: collections.deque[_Request] = collections.deque()
+        self._inline: list[_Request] = []  # awaited appends of this turn of the loop (inline)
         self._cond = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
@@ -118,18 +131,42 @@ class GroupCommitWriter:
     ) -> AppendResult:
         """:meth:`submit` for a caller on an event loop: the same contract, awaited.
 
-        The writer settles all the loop's callers of one commit with one
-        ``call_soon_threadsafe`` (one wake-up of the loop per commit, not one per command;
-        under load those wake-ups were a sixth of the server's CPU). A caller cancelled while
-        waiting does not cancel its append.
+        With ``inline`` the commit runs on this loop; otherwise the thread settles all the
+        loop's callers of one commit with one ``call_soon_threadsafe`` (one wake-up of the loop
+        per commit, not one per command). A caller cancelled while waiting does not cancel its
+        append.
 
         Raises:
             RuntimeError: the writer was closed.
         """
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._enqueue(_Request(AppendRequest(session_id, tuple(events), expected_seq, idempotency_key, fence), future, loop))
+        req = _Request(AppendRequest(session_id, tuple(events), expected_seq, idempotency_key, fence), future, loop)
+        if not self.inline:
+            self._enqueue(req)
+        else:
+            if self._closed:
+                raise RuntimeError("the group-commit writer is closed")
+            self._inline.append(req)
+            if len(self._inline) == 1:  # the first of this turn schedules the commit for all
+                if self.window_ms > 0:
+                    loop.call_later(self.window_ms / 1000, self._flush_inline)
+                else:
+                    loop.call_soon(self._flush_inline)
         return await future
+
+    def _flush_inline(self) -> None:
+        batch, self._inline = self._inline[: self.max_batch], self._inline[self.max_batch :]
+        if self._inline:
+            asyncio.get_running_loop().call_soon(self._flush_inline)
+        settled: list[tuple[_Request, object]] = []
+        try:
+            self._commit_group(batch, settled)
+        except BaseException as exc:  # never leave a caller waiting forever
+            log.exception("group commit failed unexpectedly")
+            done = {id(r) for r, _ in settled}
+            settled += [(r, exc) for r in batch if id(r) not in done]
+        _settle_async([(r.future, outcome) for r, outcome in settled])  # type: ignore[misc]
 
     def _enqueue(self, request: _Request) -> None:
         with self._cond:
