@@ -377,7 +377,8 @@ def test_a_tailing_reader_skips_nothing_while_several_group_commit_writers_appen
     for t in threads:
         t.start()
     while any(t.is_alive() for t in threads):
-        reader.poll()
+        if not reader.poll():
+            time.sleep(0.002)  # as a follower polls; spinning would starve the writers of the GIL
     for t in threads:
         t.join()
     for w in writers:

@@ -1,4 +1,5 @@
-"""The append path's statements as plain SQL for the driver (``sqlite3`` or psycopg 3).
+"""The append path's statements (and the log follower's poll) as plain SQL for the driver
+(``sqlite3`` or psycopg 3).
 
 An append runs the same four or five fixed statements every time, and the profile of issue 6
 showed SQLAlchemy's execution machinery costing several times what sqlite3 spends on each of
@@ -70,6 +71,12 @@ class AppendSql:
             got = self._rows(raw, f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES {values} RETURNING position", flat)
             positions += sorted(r[0] for r in got)
         return positions
+
+    def tail_sessions(self, raw: Any, after_position: int, limit: int) -> list[tuple[int, str, int]]:
+        """``(position, session_id, seq)`` after ``after_position``: the log follower's poll,
+        which runs every few ms on a busy server, so it is as cheap as an append statement."""
+        rows = self._rows(raw, "SELECT position, session_id, seq FROM events WHERE position > ? ORDER BY position LIMIT ?", (after_position, limit))
+        return [(r[0], r[1], r[2]) for r in rows]
 
     def insert_keys(self, raw: Any, rows: Iterable[tuple[str, str, int, int]]) -> None:
         """Record idempotency keys ``(session, key, first_seq, last_seq)``."""

@@ -389,13 +389,7 @@ class EventLog:
         server to learn which of its sessions have events it has not folded yet, without
         decoding them."""
         with self.db.read() as conn:
-            rows = conn.execute(
-                sa.select(events_t.c.position, events_t.c.session_id, events_t.c.seq)
-                .where(events_t.c.position > after_position)
-                .order_by(events_t.c.position)
-                .limit(limit)
-            )
-            return [(r[0], r[1], r[2]) for r in rows]
+            return self._sql.tail_sessions(driver_connection(conn), after_position, limit)
 
     def last_position(self) -> int:
         """The highest committed position (0 for an empty log)."""
