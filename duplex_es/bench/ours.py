@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -51,15 +53,27 @@ def wakeup_api() -> Optional[tuple[type, str]]:
 class OursAppend(SerialContender):
     """One client appending ``batch`` events per command to one session with an expected seq:
     through ``EventLog.append`` (one transaction per command) or, with ``via_writer``, through
-    one ``GroupCommitWriter`` (``writer.append``, blocking)."""
+    one ``GroupCommitWriter`` the way a server does — on SQLite awaited on an event loop and
+    committed on it (``inline``, when the tree has it), on PostgreSQL in the writer's thread
+    (``writer.append``, blocking)."""
 
     def __init__(self, bdb: BenchDatabase, *, batch: int = 1, via_writer: bool = False, session_id: str = "bench-ours") -> None:
         self.db = bdb.duplex()
         self.log = EventLog(self.db)
         self.events_per_op = batch
         self.name = "duplex_es " + ("GroupCommitWriter.append" if via_writer else "EventLog.append")
-        self.writer = writer_class()(self.log) if via_writer else None  # type: ignore[misc]
-        self._append: Callable[..., Any] = self.writer.append if self.writer is not None else self.log.append
+        self.writer: Any = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._append: Callable[..., Any] = self.log.append
+        if via_writer:
+            cls = writer_class()
+            inline = bdb.is_sqlite and hasattr(cls, "append_async") and "inline" in inspect.signature(cls).parameters
+            self.writer = cls(self.log, inline=True) if inline else cls(self.log)  # type: ignore[misc]
+            self._append = self.writer.append
+            if inline:
+                loop = self._loop = asyncio.new_event_loop()
+                self._append = lambda *a, **k: loop.run_until_complete(self.writer.append_async(*a, **k))
+                self.name = "duplex_es GroupCommitWriter.append_async, inline on an event loop (the server's SQLite path)"
         self.session_id = session_id
         self.seq = self._append(session_id, [opened(session_id)], expected_seq=0).last_seq
 
@@ -73,6 +87,8 @@ class OursAppend(SerialContender):
         """Stop the writer and close the pool."""
         if self.writer is not None:
             self.writer.close()
+        if self._loop is not None:
+            self._loop.close()
         self.db.dispose()
 
 
