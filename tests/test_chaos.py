@@ -34,3 +34,21 @@ def test_a_short_chaos_run_finds_no_violation(tmp_path: Path, backend: str):
     assert result["violations"] == [] and result["finished"] == result["sessions"] == 3
     assert len(result["kills"]) == 4 and {k["killed"] for k in result["kills"]} == {"server", "worker"}
     assert result["events_checked"] > 100
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (["--speech", "0", "--world", "0"], "needs at least one session"),
+        (["--timeout-s", "abc"], "expected a number, got 'abc'"),
+        (["--timeout-s", "nan"], "must be a positive number"),
+        (["--window-s", "0"], "must be a positive number"),
+        (["--kills", "-1"], "must be 0 or a positive integer"),
+    ],
+)
+def test_chaos_refuses_options_that_would_check_nothing_or_make_no_sense(tmp_path: Path, bad: list[str], message: str):
+    run = subprocess.run([sys.executable, "-m", "duplex_es.cli.main", "chaos", "--out", str(tmp_path / "c"), *bad],
+                         capture_output=True, text=True, timeout=60)
+    said = " ".join((run.stdout + run.stderr).split())  # rich wraps long lines
+    assert run.returncode == 2 and message in said, said
+    assert not (tmp_path / "c" / "chaos-results.json").exists()

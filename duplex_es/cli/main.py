@@ -14,7 +14,7 @@ import os
 import signal
 import socket
 import sys
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import sqlalchemy as sa
 from rich.console import Console
@@ -231,6 +231,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_chaos(args: argparse.Namespace) -> int:
     from duplex_es.cli.chaos import run_chaos
 
+    if args.speech + args.world == 0:
+        raise CliError("chaos needs at least one session (--speech or --world): with none it would check nothing")
+
     report = run_chaos(
         console,
         db_url=args.db,
@@ -265,22 +268,29 @@ def cmd_loadgen(args: argparse.Namespace) -> int:
 # -------------------------------------------------------------------------------------- parser
 
 
+def _number(text: str, kind: type) -> Any:
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
+    value = _number(text, int)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
     return value
 
 
 def _non_negative_int(text: str) -> int:
-    value = int(text)
+    value = _number(text, int)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or a positive integer, got {text}")
     return value
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
+    value = _number(text, float)
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value

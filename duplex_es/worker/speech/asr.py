@@ -87,9 +87,14 @@ class Recognizer:
             for attempt in (1, 2):
                 try:
                     if self._child is None or self._child.poll() is not None:
+                        if self._child is not None:
+                            logging.getLogger(__name__).warning(
+                                "the pocketsphinx child process %d exited with %s; starting another", self._child.pid, self._child.returncode
+                            )
                         self._start()
                     return self._call(audio)
                 except (OSError, EOFError) as exc:
+                    logging.getLogger(__name__).warning("the pocketsphinx child process died mid-decode (%s); %s", exc, "retrying" if attempt == 1 else "giving up")
                     self._discard()
                     if attempt == 2:
                         raise RuntimeError(f"the pocketsphinx child process died: {exc}") from exc
