@@ -648,7 +648,7 @@ def test_an_expiry_decided_from_a_detach_a_resume_already_ended_does_nothing():
     h.run(Detach(at_ms=1_000))
     h.run(Resume(expected_generation=0, at_ms=2_000))
     assert h.run(Expire(reason="disconnect_grace_expired", now_ms=40_000, since_ms=1_000)) == []
-    assert h.state.open
+    assert h.state.is_open
     h.run(Detach(at_ms=3_000))
     [expired] = h.run(Expire(reason="disconnect_grace_expired", now_ms=40_000, since_ms=3_000))
-    assert expired.TYPE == "session.expired" and not h.state.open
+    assert expired.TYPE == "session.expired" and not h.state.is_open

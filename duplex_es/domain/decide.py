@@ -45,7 +45,7 @@ def decide(state: SessionState | WorldState, command: object) -> list[Event]:
                 )
             ]
         return [SessionOpened(session_id=command.session_id, config=SessionConfig(model=command.model), resume_token_hash=command.resume_token_hash)]
-    if not state.open:
+    if not state.is_open:
         if isinstance(command, (Pump, Detach, Expire)):
             return []
         return reject(command, Code.SESSION_CLOSED, f"the session is {state.status}")

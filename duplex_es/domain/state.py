@@ -214,7 +214,7 @@ class SessionState:
         return self.responses.get(self.active_response_id) if self.active_response_id else None
 
     @property
-    def open(self) -> bool:
+    def is_open(self) -> bool:
         """True while the session accepts commands."""
         return self.status == "open"
 

@@ -156,7 +156,7 @@ class WorldState:
     paused_base_ms: int = 0
 
     @property
-    def open(self) -> bool:
+    def is_open(self) -> bool:
         """True until the session is closed (a failed session still takes reset and close)."""
         return self.status in ("active", "failed")
 

@@ -213,7 +213,7 @@ class SessionHost:
         Returns the reason (``disconnect_grace_expired`` or ``idle_ttl_expired``), or ``None``."""
         async with self._lock:
             state = self.state
-            if not state.open or self.moved is not None:
+            if not state.is_open or self.moved is not None:
                 return None
             detached = state.lease.detached_at_ms
             if detached is not None and now - detached >= disconnect_grace_ms:
@@ -388,30 +388,27 @@ class SessionHost:
             self.appending_through = self.state.seq + len(events)
             try:
                 with APPEND_SECONDS.time():
-                    if self.writer is not None:
-                        result = await self.writer.append_async(
-                            self.session_id, events, expected_seq=self.state.seq, idempotency_key=key, fence=self.fence
-                        )
-                    else:
-                        result = await asyncio.to_thread(
-                            self.log.append, self.session_id, events, expected_seq=self.state.seq,
-                            idempotency_key=key, fence=self.fence,
-                        )
+                    try:
+                        if self.writer is not None:
+                            result = await self.writer.append_async(
+                                self.session_id, events, expected_seq=self.state.seq, idempotency_key=key, fence=self.fence
+                            )
+                        else:
+                            result = await asyncio.to_thread(
+                                self.log.append, self.session_id, events, expected_seq=self.state.seq,
+                                idempotency_key=key, fence=self.fence,
+                            )
+                    finally:
+                        self.appending_through = 0  # _publish starts folding the records before it first yields
             except WrongExpectedSeq:
-                self.appending_through = 0
                 await self._catch_up()
                 if self.moved is not None:
                     raise SessionMoved(self.session_id, self.moved)
                 continue
             except OwnershipLost as lost:
-                self.appending_through = 0
                 await self._catch_up(adopt=True)  # show what the new owner did, then let go
                 self._lose(f"owned by {lost.owner_id} at generation {lost.generation}")
                 raise SessionMoved(self.session_id, self.moved or "moved") from lost
-            except BaseException:
-                self.appending_through = 0
-                raise
-            self.appending_through = 0  # _publish starts folding them before it first yields
             if result.duplicate:
                 first, last = result.records[0].seq, result.records[-1].seq
                 command = Invalid(

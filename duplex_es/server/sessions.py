@@ -221,7 +221,7 @@ class DuplexSessions:
             except SessionOwned:
                 continue
             host = await self.load(session_id, fence)
-            if host is None or not host.state.open:
+            if host is None or not host.state.is_open:
                 await asyncio.to_thread(self.owners.release, fence)
                 continue
             try:
@@ -272,7 +272,7 @@ class DuplexSessions:
             last = loaded.records[-1] if loaded.records else None
             if last is not None:  # the idle TTL runs on from the log
                 host.last_activity_ms = last.recorded_at_us // 1000
-            if host.state.open and fence is not None:
+            if host.state.is_open and fence is not None:
                 self.hosts[session_id] = host
             return host
 
@@ -315,7 +315,7 @@ class DuplexSessions:
         if kind is not None and _kind(host.state) != kind:
             message = f"{session_id} is a {_kind(host.state)} session: resume it on its own endpoint"
             raise ResumeRefused(Code.SESSION_NOT_FOUND, message, "session_id")
-        if not host.state.open:
+        if not host.state.is_open:
             raise ResumeRefused(Code.SESSION_CLOSED, f"session {session_id} is {host.state.status}", "session_id")
         token = new_resume_token()
         command = Resume(
@@ -334,7 +334,7 @@ class DuplexSessions:
         except SessionMoved as moved:
             raise ResumeRefused(Code.RESUME_CONFLICT, f"{moved}; resume again", "session_id") from moved
         if isinstance(outcome.event, CommandRejected):
-            if host.fence is not None and host.moved is None and host.state.open:
+            if host.fence is not None and host.moved is None and host.state.is_open:
                 self.hosts[session_id] = host  # owned here: never leave it unhosted
             raise ResumeRefused(outcome.event.code, outcome.event.message, outcome.event.param)
         self.hosts[session_id] = host
@@ -351,7 +351,7 @@ class DuplexSessions:
                 self.hosts.pop(host.session_id, None)
                 await self._release(host)
                 continue
-            if not state.open:
+            if not state.is_open:
                 continue  # still opening: its first event is being written
             try:
                 reason = await host.expire_if_due(now, disconnect_grace_ms=self.disconnect_grace_ms, idle_ttl_ms=self.idle_ttl_ms)

@@ -51,8 +51,7 @@ BATCH_COMMANDS = Histogram(
 @attrs.define
 class _Request:
     append: AppendRequest
-    future: concurrent.futures.Future | asyncio.Future
-    loop: Optional[asyncio.AbstractEventLoop] = None  # set for an asyncio future
+    future: concurrent.futures.Future | asyncio.Future  # an asyncio one belongs to an awaiting loop
 
 
 def _settle_async(settled: list[tuple[asyncio.Future, object]]) -> None:
@@ -141,7 +140,7 @@ class GroupCommitWriter:
         """
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        req = _Request(AppendRequest(session_id, tuple(events), expected_seq, idempotency_key, fence), future, loop)
+        req = _Request(AppendRequest(session_id, tuple(events), expected_seq, idempotency_key, fence), future)
         if not self.inline:
             self._enqueue(req)
         else:
@@ -159,14 +158,7 @@ class GroupCommitWriter:
         batch, self._inline = self._inline[: self.max_batch], self._inline[self.max_batch :]
         if self._inline:
             asyncio.get_running_loop().call_soon(self._flush_inline)
-        settled: list[tuple[_Request, object]] = []
-        try:
-            self._commit_group(batch, settled)
-        except BaseException as exc:  # never leave a caller waiting forever
-            log.exception("group commit failed unexpectedly")
-            done = {id(r) for r, _ in settled}
-            settled += [(r, exc) for r in batch if id(r) not in done]
-        _settle_async([(r.future, outcome) for r, outcome in settled])  # type: ignore[misc]
+        _settle_async([(r.future, outcome) for r, outcome in self._outcomes(batch)])  # type: ignore[misc]
 
     def _enqueue(self, request: _Request) -> None:
         with self._cond:
@@ -216,17 +208,20 @@ class GroupCommitWriter:
             batch = self._take()
             if not batch:
                 return  # closed and drained
-            live = [r for r in batch if r.loop is not None or r.future.set_running_or_notify_cancel()]
-            if not live:
-                continue
-            settled: list[tuple[_Request, object]] = []
-            try:
-                self._commit_group(live, settled)
-            except BaseException as exc:  # never leave a caller waiting forever
-                log.exception("group commit failed unexpectedly")
-                done = {id(r) for r, _ in settled}
-                settled += [(r, exc) for r in live if id(r) not in done]
-            self._settle(settled)
+            live = [r for r in batch if isinstance(r.future, asyncio.Future) or r.future.set_running_or_notify_cancel()]
+            if live:
+                self._settle(self._outcomes(live))
+
+    def _outcomes(self, batch: list[_Request]) -> list[tuple[_Request, object]]:
+        """Commit ``batch``; each request with its outcome (never one left without)."""
+        settled: list[tuple[_Request, object]] = []
+        try:
+            self._commit_group(batch, settled)
+        except BaseException as exc:  # never leave a caller waiting forever
+            log.exception("group commit failed unexpectedly")
+            done = {id(r) for r, _ in settled}
+            settled += [(r, exc) for r in batch if id(r) not in done]
+        return settled
 
     def _commit_group(self, batch: list[_Request], settled: list[tuple[_Request, object]]) -> None:
         """Commit ``batch`` and add each request's outcome to ``settled`` (nobody learns anything
@@ -251,8 +246,8 @@ class GroupCommitWriter:
     def _settle(settled: list[tuple[_Request, object]]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, object]]] = {}
         for r, outcome in settled:
-            if r.loop is not None:
-                by_loop.setdefault(r.loop, []).append((r.future, outcome))  # type: ignore[arg-type]
+            if isinstance(r.future, asyncio.Future):
+                by_loop.setdefault(r.future.get_loop(), []).append((r.future, outcome))
             elif isinstance(outcome, BaseException):
                 r.future.set_exception(outcome)
             else:

@@ -19,12 +19,12 @@ from typing import Any, BinaryIO, Optional
 
 from duplex_es.audio.resample import resample_pcm16
 
-__all__ = ["Recognizer", "ASR_RATE", "decode_pcm16"]
+__all__ = ["Recognizer", "ASR_RATE"]
 
 #: The rate the pocketsphinx en-US acoustic model expects (Hz).
 ASR_RATE = 16000
 
-_decoder: Any = None  # the child process's decoder, loaded once by _load
+_decoder: Any = None  # the child process's decoder, loaded by _serve before the first frame
 
 
 def _load() -> None:
@@ -35,11 +35,9 @@ def _load() -> None:
     _decoder = Decoder(samprate=ASR_RATE, logfn=os.devnull)
 
 
-def decode_pcm16(audio16k: bytes) -> str:
-    """Decode mono PCM16 LE audio at :data:`ASR_RATE` with this process's decoder (loaded on first
-    use); ``""`` when nothing is recognized. Runs in the recognizer's child process."""
-    if _decoder is None:
-        _load()
+def _decode(audio16k: bytes) -> str:
+    """Decode mono PCM16 LE audio at :data:`ASR_RATE` with the child's decoder; ``""`` when
+    nothing is recognized."""
     d = _decoder
     d.start_utt()
     d.process_raw(audio16k, full_utt=True)
@@ -145,7 +143,7 @@ def _serve() -> None:
             audio = _read_frame(inp)
         except EOFError:
             return
-        text = decode_pcm16(audio) if audio else ""
+        text = _decode(audio) if audio else ""
         data = text.encode()
         out.write(_HEADER.pack(len(data)) + data)
         out.flush()
