@@ -22,7 +22,7 @@ demo: install
 	$(BIN)/duplex-es demo
 
 ## test: the whole suite, on SQLite and on the local PostgreSQL (with the bench extra, so the
-## benchmark's smoke test runs too)
+## benchmark's smoke test runs too, and the clients extra: the four Realtime clients the tests drive)
 test: $(BENCH_STAMP) postgres
 	$(BIN)/python -m pytest -q
 
@@ -39,7 +39,7 @@ worker: install
 ## does not install them.
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
+	$(BIN)/python -m pip install --quiet -e ".[test,bench,clients]"
 	@touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP) postgres

@@ -14,7 +14,10 @@ recompute what must hold, so a reducer bug cannot hide itself.
 * **outputs** — every output names an issued tick and echoes its identity exactly; no tick has
   two outputs (DESIGN I5, I6);
 * **responses** — each response ends with exactly one ``response.done`` and no accepted output
-  follows it.
+  follows it;
+* **transcriptions** — each input transcription names a user item of the session, is answered
+  at most once by an output echoing its request and item, and a closed session leaves none
+  unanswered and uncancelled.
 
 World sessions get their own tick checks (:func:`_audit_world`): every accepted interaction is
 applied by exactly one committed tick of its epoch, in id order, or discarded by name.
@@ -41,6 +44,9 @@ from duplex_es.events import (
     SessionClosed,
     TickFailed,
     TickIssued,
+    TranscriptionCompleted,
+    TranscriptionFailed,
+    TranscriptionRequested,
     TickOutput,
     InteractionAccepted,
     WorldChunk,
@@ -160,6 +166,8 @@ def _audit_rows(session_id: str, rows: list) -> SessionAudit:
     cancelled: set[str] = set()
     created: dict[str, int] = {}
     done: dict[str, int] = {}
+    transcriptions: dict[str, tuple[int, str]] = {}  # request_id -> (seq, item_id)
+    transcribed: dict[str, int] = {}  # request_id -> seq of its output
     closed = False
     state = SessionState()
     for seq, ev in events:
@@ -220,6 +228,21 @@ def _audit_rows(session_id: str, rows: list) -> SessionAudit:
             if ev.response_id in done:
                 bad.append(Violation("responses", seq, f"second response.done for {ev.response_id}"))
             done[ev.response_id] = seq
+        elif isinstance(ev, TranscriptionRequested):
+            if ev.request_id in transcriptions or ev.request_id in ticks:
+                bad.append(Violation("transcriptions", seq, f"request_id {ev.request_id} issued twice"))
+            transcriptions[ev.request_id] = (seq, ev.item_id)
+            if ev.item_id not in state.items or state.items[ev.item_id].role != "user":
+                bad.append(Violation("transcriptions", seq, f"transcription of {ev.item_id}, which is not a user item of this session"))
+        elif isinstance(ev, (TranscriptionCompleted, TranscriptionFailed)):
+            asked = transcriptions.get(ev.request_id)
+            if asked is None:
+                bad.append(Violation("transcriptions", seq, f"transcript for unknown request {ev.request_id}"))
+            elif ev.item_id != asked[1] or ev.session_id != session_id:
+                bad.append(Violation("transcriptions", seq, f"transcript of {ev.item_id} does not echo request {ev.request_id} (item {asked[1]})"))
+            if ev.request_id in transcribed:
+                bad.append(Violation("transcriptions", seq, f"request {ev.request_id} answered twice (first at seq {transcribed[ev.request_id]})"))
+            transcribed[ev.request_id] = seq
         elif isinstance(ev, SessionClosed):
             closed = True
         state = evolve(state, seq, ev)
@@ -235,6 +258,9 @@ def _audit_rows(session_id: str, rows: list) -> SessionAudit:
     for rid, seq in created.items():
         if rid not in done and closed:
             bad.append(Violation("responses", seq, f"response {rid} never got response.done"))
+    for rid, (seq, item_id) in transcriptions.items():
+        if closed and rid not in transcribed and rid not in cancelled:
+            bad.append(Violation("transcriptions", seq, f"transcription {rid} of {item_id} neither answered nor cancelled in a closed session"))
 
     return SessionAudit(
         session_id=session_id,

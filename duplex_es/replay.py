@@ -8,7 +8,13 @@ import attrs
 
 from duplex_es.domain import SessionState, classify_output, evolve
 from duplex_es.domain.world import WorldState, world_verdict
+from duplex_es.domain.transcription import transcription_verdict
 from duplex_es.events import (
+    CommandDeduplicated,
+    TimeoutTriggered,
+    TranscriptionCompleted,
+    TranscriptionFailed,
+    TranscriptionRequested,
     AudioAppended,
     InteractionAccepted,
     InteractionRejected,
@@ -87,7 +93,22 @@ def verdict_of(before: SessionState | WorldState, ev: Event) -> str:
     if isinstance(ev, (TickOutput, TickFailed)):
         v = classify_output(before, ev)
         return v.kind if v.accepted else f"{v.kind}: {v.reason}"
-    decided = (TickIssued, EpochAdvanced, SpeechStarted, SpeechStopped, SessionDetached, SessionExpired, ResponseDeferred)
+    if isinstance(ev, (TranscriptionCompleted, TranscriptionFailed)):
+        why = transcription_verdict(before, ev)  # type: ignore[arg-type]
+        return "accepted" if why == "accepted" else f"discarded: {why}"
+    if isinstance(ev, CommandDeduplicated):
+        return "deduplicated"
+    decided = (
+        TickIssued,
+        EpochAdvanced,
+        SpeechStarted,
+        SpeechStopped,
+        SessionDetached,
+        SessionExpired,
+        ResponseDeferred,
+        TimeoutTriggered,
+        TranscriptionRequested,
+    )
     if isinstance(ev, decided) or (isinstance(ev, (ResponseDone, InputCommitted, ResponseCreated)) and ev.client_event_id is None):
         return "decided"
     return "accepted"
@@ -97,14 +118,34 @@ def _ms(samples: int, rate: int = 24000) -> str:
     return f"{samples * 1000 // rate} ms"
 
 
+def _not_applied(names: tuple[str, ...]) -> str:
+    return f" not applied: {', '.join(names)}" if names else ""
+
+
 def summarize(ev: Event) -> str:
     """The key fields of an event, in one line."""
     cid = f" [{ev.client_event_id}]" if getattr(ev, "client_event_id", None) else ""
     if isinstance(ev, SessionOpened):
-        return f"model={ev.config.model}"
+        td = ev.config.turn_detection
+        return f"model={ev.config.model} engine={ev.config.engine or ev.config.model} turn_detection={td.type if td else None}"
     if isinstance(ev, SessionUpdated):
         c = ev.config
-        return f"voice={c.voice} modalities={','.join(c.output_modalities)} model_relevant={ev.model_relevant}{cid}"
+        td = c.turn_detection
+        return (
+            f"voice={c.voice} modalities={','.join(c.output_modalities)} turn_detection={td.type if td else None} "
+            f"model_relevant={ev.model_relevant}" + _not_applied(ev.not_applied) + cid
+        )
+    if isinstance(ev, CommandDeduplicated):
+        return f"{ev.command_type or '?'} repeats seq {ev.first_seq}-{ev.last_seq}: not applied again{cid}"
+    if isinstance(ev, TimeoutTriggered):
+        return f"item={ev.item_id} no speech {ev.audio_start_ms}-{ev.audio_end_ms} ms"
+    if isinstance(ev, TranscriptionRequested):
+        model = ev.settings.get("model") if isinstance(ev.settings, dict) else None
+        return f"request={ev.request_id} item={ev.item_id} audio={_ms(sum(s.samples for s in ev.audio), ev.input_format.rate)} model={model}"
+    if isinstance(ev, TranscriptionCompleted):
+        return f"request={ev.request_id} item={ev.item_id} {ev.transcript[:40]!r} ({ev.seconds} s, {ev.engine})"
+    if isinstance(ev, TranscriptionFailed):
+        return f"request={ev.request_id} item={ev.item_id} {ev.code}: {ev.message[:60]}"
     if isinstance(ev, CommandRejected):
         return f"{ev.command_type or '?'}: {ev.message}" + (f" (param {ev.param})" if ev.param else "") + cid
     if isinstance(ev, AudioAppended):
@@ -116,7 +157,9 @@ def summarize(ev: Event) -> str:
     if isinstance(ev, InputCleared):
         return f"discarded={list(ev.discarded_seqs)}{cid}"
     if isinstance(ev, ResponseCreated):
-        return f"response={ev.response_id} item={ev.item_id} modalities={','.join(ev.output_modalities)}{cid}"
+        meta = f" metadata={ev.metadata}" if ev.metadata else ""
+        given = f" input={len(ev.input)} items" if ev.input is not None else ""
+        return f"response={ev.response_id} item={ev.item_id} modalities={','.join(ev.output_modalities)}{given}{meta}" + _not_applied(ev.not_applied) + cid
     if isinstance(ev, TickIssued):
         return f"request={ev.request_id} epoch={ev.epoch} chunk={ev.chunk_index} applied={list(ev.applied_event_ids)}"
     if isinstance(ev, TickOutput):
@@ -126,6 +169,7 @@ def summarize(ev: Event) -> str:
             + (f" new_item={ev.new_item_id}" if ev.new_item_id else "")
             + (" final" if ev.final else "")
             + (f" incomplete={ev.incomplete_reason}" if ev.incomplete_reason else "")
+            + (f" engine {ev.engine} did not apply: {', '.join(ev.not_applied)}" if ev.not_applied else "")
         )
     if isinstance(ev, TickFailed):
         return f"request={ev.request_id} chunk={ev.chunk_index} {ev.code}: {ev.message[:60]}"

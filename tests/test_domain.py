@@ -351,8 +351,13 @@ def test_session_update_is_validated_whole_and_applied_atomically():
     )
     assert rej.param == "session.audio.input.format"
     assert unchanged(before, h.state) and h.state.config.instructions == ""
-    only_rejection(h.run(UpdateSession(patch=SessionPatch(turn_detection={"type": "semantic_vad"}))), Code.UNSUPPORTED_TURN_DETECTION)
+    rej = only_rejection(
+        h.run(UpdateSession(patch=SessionPatch(instructions="y", turn_detection={"type": "semantic_vad", "threshold": 0.3}))),
+        Code.UNSUPPORTED_TURN_DETECTION,
+    )
+    assert rej.param == "session.audio.input.turn_detection.threshold" and "semantic_vad" in rej.message
     only_rejection(h.run(UpdateSession(patch=SessionPatch(model="other"))), Code.MODEL_UPDATE_UNSUPPORTED)
+    assert unchanged(before, h.state) and h.state.config.instructions == ""
     ev = h.run(UpdateSession(patch=SessionPatch(instructions="hi", voice="echo", output_modalities=("text",))))[0]
     assert ev.config.voice == "echo" and ev.config.output_modalities == ("text",) and ev.model_relevant
 

@@ -48,13 +48,13 @@ def parse(obj) -> object:
         ({"type": "input_audio_buffer.append", "event_id": "e1"}, Code.INVALID_EVENT, "audio"),
         ({"type": "input_audio_buffer.append", "event_id": "e1", "audio": 12}, Code.INVALID_EVENT, "audio"),
         ({"type": "session.update", "event_id": "e1", "session": {"type": "realtime", "bogus": 1}}, Code.INVALID_EVENT, "session.bogus"),
-        ({"type": "session.update", "event_id": "e1", "session": {"type": "transcription"}}, Code.INVALID_EVENT, "session.type"),
+        ({"type": "session.update", "event_id": "e1", "session": {"type": "translation"}}, Code.INVALID_EVENT, "session.type"),
         ({"type": "session.update", "event_id": "e1", "session": {"instructions": 3}}, Code.INVALID_EVENT, "session.instructions"),
         ({"type": "conversation.item.truncate", "event_id": "e1", "item_id": "i", "audio_end_ms": "x"}, Code.INVALID_EVENT, "audio_end_ms"),
         ({"type": "conversation.item.truncate", "event_id": "e1", "audio_end_ms": 5}, Code.INVALID_EVENT, "item_id"),
         ({"type": "playback.ack", "event_id": "e1"}, Code.INVALID_EVENT, "played_ms"),
         ({"type": "playback.ack", "event_id": "e1", "played_ms": 1.5}, Code.INVALID_EVENT, "played_ms"),
-        ({"type": "response.create", "event_id": "e1", "response": {"input": []}}, Code.UNSUPPORTED_RESPONSE_OPTION, "response.input"),
+        ({"type": "response.create", "event_id": "e1", "response": {"input": {"x": 1}}}, Code.INVALID_EVENT, "response.input"),
     ],
 )
 def test_malformed_frames_become_invalid_commands_with_specific_codes(frame, code, param):

@@ -11,7 +11,7 @@ import pytest
 from websockets.sync.client import connect
 
 from duplex_es.domain import Code, SessionState, evolve
-from duplex_es.events import CommandRejected, to_plain
+from duplex_es.events import CommandDeduplicated, CommandRejected, to_plain
 from duplex_es.protocol import encode_wire, project
 from duplex_es.store import Database, EventLog
 
@@ -93,9 +93,12 @@ def test_bad_input_gets_a_specific_error_is_logged_changes_nothing_and_keeps_the
     c.send({"type": "response.create", "event_id": "r2"})
     err = c.recv("error")["error"]
     assert (err["code"], err["event_id"]) == (Code.ACTIVE_RESPONSE, "r2")
-    c.send({"type": "conversation.item.truncate", "event_id": "t0", "item_id": item_id, "content_index": 0, "audio_end_ms": 0})
+    # An item still being generated may be truncated (clients truncate before they cancel),
+    # but not past the audio generated so far: none yet.
+    c.send({"type": "conversation.item.truncate", "event_id": "t0", "item_id": item_id, "content_index": 0, "audio_end_ms": 10})
     err = c.recv("error")["error"]
-    assert (err["code"], err["event_id"], err["param"]) == (Code.ITEM_IN_PROGRESS, "t0", "item_id")
+    assert (err["code"], err["event_id"], err["param"]) == (Code.TRUNCATE_OUT_OF_RANGE, "t0", "audio_end_ms")
+    assert item_id in err["message"] and "10" in err["message"]
     c.send({"type": "response.cancel", "event_id": "c1"})
     done = c.recv("response.done")["response"]
     assert done["status"] == "cancelled" and done["status_details"]["reason"] == "client_cancelled"
@@ -112,7 +115,7 @@ def test_bad_input_gets_a_specific_error_is_logged_changes_nothing_and_keeps_the
         expected += [(Code.INPUT_TEXT_EMPTY, None), (code, eid)]
     assert [(e.code, e.client_event_id) for e in rejected] == expected + [
         (Code.ACTIVE_RESPONSE, "r2"),
-        (Code.ITEM_IN_PROGRESS, "t0"),
+        (Code.TRUNCATE_OUT_OF_RANGE, "t0"),
         (Code.TRUNCATE_OUT_OF_RANGE, "t1"),
     ]
     assert rejected[1].excerpt == "{nope"
@@ -152,23 +155,41 @@ def test_the_wire_is_a_byte_exact_projection_of_the_committed_log(server):
     assert session_state(port, c.session_id)["state"] == to_plain(state)
 
 
-def test_a_repeated_event_id_is_applied_once_and_answered_with_a_specific_error(server):
+def test_an_event_id_is_a_correlation_id_only_a_retry_of_the_same_command_is_deduplicated(server):
+    """Issue 10 §4: a repeat of an applied command (same event_id, same content) is not applied
+    again and is answered with command.deduplicated, no error; a different command reusing the
+    id is applied normally; read-only commands are never refused for a repeated id."""
     port, url = server
     c = Client(port)
     frame = {"type": "input_audio_buffer.append", "event_id": "same", "audio": pcm_b64(40)}
     c.send(frame)
     c.send(frame)
-    err = c.recv("error")["error"]
-    assert (err["code"], err["event_id"], err["param"]) == (Code.DUPLICATE_EVENT_ID, "same", "event_id")
+    dup = c.recv("command.deduplicated")
+    assert (dup["client_event_id"], dup["command_type"]) == ("same", "input_audio_buffer.append")
     state = session_state(port, c.session_id)["state"]
     assert state["buffer"]["samples"] == 40 * 24 and len(state["buffer"]["append_seqs"]) == 1
+    # The same id on other content is another command: applied.
+    c.send({"type": "input_audio_buffer.append", "event_id": "same", "audio": pcm_b64(60)})
+    c.send({"type": "session.heartbeat", "event_id": "hb"})
+    c.recv("session.heartbeat_ack")
+    state = session_state(port, c.session_id)["state"]
+    assert state["buffer"]["samples"] == 100 * 24 and len(state["buffer"]["append_seqs"]) == 2
     # A refused command's event_id can be reused: refusals are not keyed.
+    c.send({"type": "input_audio_buffer.commit", "event_id": "again", "final": "yes"})
+    assert c.recv("error")["error"]["code"] == Code.INVALID_EVENT
     c.send({"type": "input_audio_buffer.commit", "event_id": "again"})
-    assert c.recv("error")["error"]["code"] == Code.COMMIT_EMPTY
-    c.send({"type": "input_audio_buffer.append", "event_id": "more", "audio": pcm_b64(80)})
-    c.send({"type": "input_audio_buffer.commit", "event_id": "again"})
-    assert c.recv("input_audio_buffer.committed")["item_id"]
-
+    item_id = c.recv("input_audio_buffer.committed")["item_id"]
+    # Read-only commands answer every time (pipecat retrieves an item twice with one id).
+    for _ in range(2):
+        c.send({"type": "conversation.item.retrieve", "event_id": f"rci_{item_id}", "item_id": item_id})
+        assert c.recv("conversation.item.retrieved")["item"]["id"] == item_id
+    c.send({"type": "session.heartbeat", "event_id": "hb"})
+    c.recv("session.heartbeat_ack")
+    errors = [json.loads(f) for f in c.frames if json.loads(f)["type"] == "error"]
+    assert [e["error"]["event_id"] for e in errors] == ["again"]  # only the malformed commit
+    log = EventLog(Database(url))
+    dedups = [r.event for r in log.read_session(c.session_id) if isinstance(r.event, CommandDeduplicated)]
+    assert [(d.client_event_id, d.command_type) for d in dedups] == [("same", "input_audio_buffer.append")]
 
 def test_a_dropped_connection_cancels_its_response_and_expires_after_the_grace(server):
     """Case 21 of issue 3: a disconnect during a response, no resume within the grace."""

@@ -59,14 +59,14 @@ def item_of(response: dict, index: int = 0) -> dict:
 
 
 def test_truncate_at_exactly_the_audio_length_and_one_ms_past_it(client: WsClient, stack):
-    """Cases 1 and 2: D ms of audio (delta bytes / 48); truncate at D works, at D+1 fails and
-    changes nothing; the next turn works normally."""
+    """Cases 1 and 2: D ms of audio (delta bytes / 48, a partial last ms counting as one);
+    truncate at D works, at D+1 fails and changes nothing; the next turn works normally."""
     port, log = stack
     client.say("the weather in Lisbon")
     done = client.respond()
     item_id = item_of(done)["id"]
     audio = client.audio_of(done["id"])
-    d = len(audio) // 48
+    d = -(-len(audio) // 48)
     assert d > 1000 and done["status"] == "completed"
     before = client.state()
     client.send({"type": "conversation.item.truncate", "event_id": "t1", "item_id": item_id, "content_index": 0, "audio_end_ms": d + 1})
@@ -90,8 +90,9 @@ def test_truncate_at_full_length_keeps_the_transcript_or_removes_it_under_openai
         c.update({"duplex": {"transcript_on_truncate": rule}})
         c.say("good evening")
         done = c.respond()
-        item_id, d = item_of(done)["id"], len(c.audio_of(done["id"])) // 48
-        c.send({"type": "playback.ack", "response_id": done["id"], "played_ms": d})
+        nbytes = len(c.audio_of(done["id"]))
+        item_id, d = item_of(done)["id"], -(-nbytes // 48)
+        c.send({"type": "playback.ack", "response_id": done["id"], "played_ms": nbytes // 48})
         c.recv("playback.acknowledged")
         c.send({"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0, "audio_end_ms": d})
         c.recv("conversation.item.truncated")
@@ -291,7 +292,15 @@ def test_turn_detection_defaults_partial_updates_and_refusals(client: WsClient, 
     """Cases 11, 12 and 15."""
     port, log = stack
     td = client.update({"audio": {"input": {"turn_detection": {"type": "server_vad"}}}})["audio"]["input"]["turn_detection"]
-    assert td == {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 500, "create_response": True, "interrupt_response": True}
+    assert td == {
+        "type": "server_vad",
+        "threshold": 0.5,
+        "prefix_padding_ms": 300,
+        "silence_duration_ms": 500,
+        "create_response": True,
+        "interrupt_response": True,
+        "idle_timeout_ms": None,
+    }
     td = client.update({"audio": {"input": {"turn_detection": {"silence_duration_ms": 700}}}})["audio"]["input"]["turn_detection"]
     assert (td["silence_duration_ms"], td["threshold"], td["prefix_padding_ms"]) == (700, 0.5, 300)
     client.send({"type": "session.update", "event_id": "bad", "session": {"audio": {"input": {"turn_detection": {"threshold": 7}}}}})

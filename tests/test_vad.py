@@ -114,6 +114,8 @@ def test_a_blip_shorter_than_a_turn_stays_in_the_buffer():
 
 def test_turning_vad_on_needs_a_type_and_off_ends_speech():
     h = Harness.open()
+    assert h.state.config.turn_detection.type == "server_vad"  # OpenAI's default, which clients expect
+    h.run(UpdateSession(patch=SessionPatch(turn_detection=None)))
     rej = h.run(UpdateSession(patch=SessionPatch(turn_detection={"threshold": 0.3})))[0]
     assert rej.code == "unsupported_turn_detection" and rej.param == "session.audio.input.turn_detection.type"
     ok = h.run(UpdateSession(patch=SessionPatch(turn_detection={"type": "server_vad", "idle_timeout_ms": None})))[0]

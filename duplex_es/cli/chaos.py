@@ -121,8 +121,13 @@ class _Script:
                 await asyncio.wait_for(self.connected.wait(), max(0.0, self.deadline - time.monotonic()))
             except asyncio.TimeoutError:
                 raise TimeoutError(f"{self.rec.name}: no connection before the deadline ({'; '.join(self.rec.notes[-3:])})") from None
-            for payload in sends:
-                await self.send(payload)
+            try:
+                for payload in sends:
+                    await self.send(payload)
+            except Exception as exc:  # the connection died under the send: resend all once back
+                self.rec.notes.append(f"send failed: {type(exc).__name__}")
+                await asyncio.sleep(0.2)
+                continue
             while True:
                 for ev in self.rec.since(mark):
                     if pred(ev):
@@ -185,7 +190,7 @@ class SpeechClient(_Script):
                 for i, o in enumerate(range(0, len(pcm), step))
             ]
             # Appends are not acknowledged; a heartbeat after them is. After a resume they are all
-            # sent again: the ones already logged are refused as duplicates, the lost tail lands.
+            # sent again: the ones already logged are deduplicated, the lost tail lands.
             await self.expect(appends + [{"type": "session.heartbeat"}], lambda e: e["type"] == "session.heartbeat_ack")
             await self.expect([{"type": "input_audio_buffer.commit", "event_id": f"t{t}c"}],
                               lambda e: e["type"] == "input_audio_buffer.committed" or _dup(e, f"t{t}c"))
@@ -256,7 +261,8 @@ class WorldClient(_Script):
 
 
 def _dup(ev: dict, event_id: str) -> bool:
-    return ev["type"] == "error" and ev["error"].get("code") == "duplicate_event_id" and ev["error"].get("event_id") == event_id
+    """The server's answer to a re-sent command it had already applied."""
+    return ev["type"] == "command.deduplicated" and ev.get("client_event_id") == event_id
 
 
 def _closed_refusal(ev: dict) -> bool:

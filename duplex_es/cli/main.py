@@ -79,7 +79,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from duplex_es.protocol import MAX_FRAME_BYTES
     from duplex_es.server.app import create_app
+    from duplex_es.server.models import ModelMap
 
+    try:
+        models = ModelMap.from_specs(args.model or ())
+    except ValueError as err:
+        print(f"duplex-es serve: --model: {err}", file=sys.stderr)
+        return 2
     db = _open_db(args)
     app = create_app(
         db,
@@ -92,6 +98,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server_id=args.server_id or f"{socket.gethostname()}:{args.port}",
         owner_ttl_ms=args.owner_ttl_ms,
         group_commit_window_ms=args.group_commit_window_ms,
+        models=models,
     )
     uvicorn.run(
         app,
@@ -126,10 +133,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
     db = _open_db(args)
     engines: list = [_load_plugin(spec) for spec in args.engine_plugin]
     kinds = {k for e in engines for k in e.kinds}
-    if args.engine in ("speech", "all") and "speech" not in kinds:
-        from duplex_es.worker.speech.engine import CascadeSpeechEngine
+    if args.engine in ("speech", "all") and not {"speech", "transcription"} <= kinds:
+        from duplex_es.worker.speech.asr import Recognizer
+        from duplex_es.worker.speech.engine import CascadeSpeechEngine, PocketsphinxTranscriber
 
-        engines.append(CascadeSpeechEngine(chunk_ms=args.chunk_ms))
+        recognizer = Recognizer()  # one decoder process serves both
+        if "speech" not in kinds:
+            engines.append(CascadeSpeechEngine(chunk_ms=args.chunk_ms, recognizer=recognizer))
+        if "transcription" not in kinds:
+            engines.append(PocketsphinxTranscriber(recognizer))
     if args.engine in ("world", "all") and "world" not in kinds:
         from duplex_es.worker.world.engine import WorldEngine
 
@@ -377,6 +389,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--group-commit-window-ms", type=_window_ms, default=0.0,
         help="how long the group-commit writer waits for more commands before a commit (ms; default 0: "
         "commit what is queued at once)",
+    )
+    p.add_argument(
+        "--model", action="append", metavar="NAME=ENGINE",
+        help="serve client model NAME with ENGINE (repeatable; NAME '*' is any other name). Default: any model name, "
+        "served by the one engine duplex-es-echo",
     )
     p.add_argument(
         "--sqlite-synchronous", choices=["FULL", "NORMAL", "OFF"], default="FULL",

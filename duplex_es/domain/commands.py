@@ -9,11 +9,11 @@ the session has left is refused with ``stale_fence``.
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import attrs
 
-from duplex_es.events import AudioFormat, ContentPart
+from duplex_es.events import AudioFormat, ContentPart, ResponseInput
 
 __all__ = [
     "UNSET",
@@ -45,6 +45,7 @@ __all__ = [
     "Resume",
     "Expire",
     "Pump",
+    "Duplicate",
     "Invalid",
     "Command",
 ]
@@ -70,10 +71,17 @@ ROOT = "root"
 
 @attrs.frozen(kw_only=True)
 class ClientCommand:
-    """Fields every client command has."""
+    """Fields every client command has.
+
+    ``event_id`` is the client's correlation id (echoed in errors). ``digest`` fingerprints the
+    command's content (the protocol layer hashes the client's frame): a command repeating an
+    applied one's ``event_id`` *and* digest is a retry and is not applied again; ``None`` lets
+    the session host fingerprint the command itself (docs/protocol.md, Event ids).
+    """
 
     event_id: Optional[str] = None
     expected_epoch: Optional[int] = None
+    digest: Optional[str] = attrs.field(default=None, eq=False, repr=False)
 
 
 # ------------------------------------------------------------------------------------ session
@@ -82,10 +90,13 @@ class ClientCommand:
 @attrs.frozen(kw_only=True)
 class OpenSession:
     """Create the session (the host sends it when a connection opens a new session);
-    ``resume_token_hash`` is the digest of the resume token issued with it."""
+    ``model`` is the name the client asked for, ``engine`` the engine serving it (``""``: the
+    model's own name); ``resume_token_hash`` is the digest of the resume token issued with it.
+    Turn detection starts as OpenAI's default (``server_vad``)."""
 
     session_id: str
     model: str
+    engine: str = ""
     resume_token_hash: Optional[str] = None
 
 
@@ -95,9 +106,14 @@ class SessionPatch:
 
     ``turn_detection`` is :data:`UNSET`, ``None`` (off) or a dict of the fields the client sent,
     merged field-wise into the current settings (OpenAI's defaults fill the rest).
+    ``engine`` is the engine the server's model map gives ``model`` (:data:`UNSET` when nobody
+    resolved it: then only the session's own model name is accepted). The GA settings from
+    ``session_type`` on are JSON values as the client sent them, already shape-checked by the
+    protocol layer.
     """
 
     model: object = UNSET
+    engine: object = UNSET
     instructions: object = UNSET
     voice: object = UNSET
     output_modalities: object = UNSET
@@ -106,6 +122,20 @@ class SessionPatch:
     turn_detection: object = UNSET  # None | dict
     transcript_on_truncate: object = UNSET
     acknowledge_appends: object = UNSET  # bool
+    session_type: object = UNSET  # "realtime" | "transcription"
+    transcription: object = UNSET  # None | dict
+    noise_reduction: object = UNSET  # None | dict
+    speed: object = UNSET  # float
+    max_output_tokens: object = UNSET  # int | "inf"
+    tools: object = UNSET  # tuple of dicts
+    tool_choice: object = UNSET  # str | dict
+    tracing: object = UNSET
+    truncation: object = UNSET
+    include: object = UNSET  # tuple of str | None
+    prompt: object = UNSET
+    reasoning: object = UNSET
+    parallel_tool_calls: object = UNSET  # bool
+    temperature: object = UNSET  # float
 
 
 @attrs.frozen(kw_only=True)
@@ -186,11 +216,13 @@ class VadIds:
 @attrs.frozen(kw_only=True)
 class AppendAudio(ClientCommand):
     """``input_audio_buffer.append``: ``audio`` is the base64 text as received, already checked
-    to be strict base64 of ``nbytes`` bytes."""
+    to be strict base64 of ``nbytes`` bytes. ``is_speech`` is vLLM-Omni's client-declared speech
+    verdict for the append; it is recorded, and server VAD still decides from the audio."""
 
     audio: str
     nbytes: int
     vad_ids: Optional[VadIds] = None
+    is_speech: Optional[bool] = None
 
 
 @attrs.frozen(kw_only=True)
@@ -202,9 +234,15 @@ class AppendText(ClientCommand):
 
 @attrs.frozen(kw_only=True)
 class Commit(ClientCommand):
-    """``input_audio_buffer.commit``: the buffer becomes user item ``item_id``."""
+    """``input_audio_buffer.commit``: the buffer becomes user item ``item_id``. With
+    ``create_response`` (vLLM-Omni's ``input.commit``, which defaults to it) a response with
+    ``response_ids`` (response, first item, first tick) follows in the same batch; ``final``
+    is vLLM-Omni's end-of-input flag, recorded only (every commit here is final)."""
 
     item_id: str
+    create_response: bool = False
+    response_ids: Optional[tuple[str, str, str]] = None
+    final: Optional[bool] = None
 
 
 @attrs.frozen(kw_only=True)
@@ -222,13 +260,24 @@ class CancelInput(ClientCommand):
 
 @attrs.frozen(kw_only=True)
 class ResponseOptions:
-    """Per-response overrides from ``response.create``'s ``response`` object."""
+    """Per-response overrides from ``response.create``'s ``response`` object (``None``: the
+    session's setting). ``metadata`` is echoed on ``response.created`` and ``response.done``;
+    ``input`` replaces the conversation as the response's context; the JSON settings are as the
+    client sent them (shape-checked by the protocol layer)."""
 
     output_modalities: Optional[tuple[str, ...]] = None
     instructions: Optional[str] = None
     voice: Optional[str] = None
     output_format: Optional[AudioFormat] = None
     conversation: str = "auto"
+    metadata: Optional[Any] = None
+    input: Optional[tuple[ResponseInput, ...]] = None
+    max_output_tokens: Optional[Any] = None
+    tools: Optional[tuple[Any, ...]] = None
+    tool_choice: Optional[Any] = None
+    temperature: Optional[float] = None
+    speed: Optional[float] = None
+    not_applied: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -329,6 +378,18 @@ class Pump:
 
 
 @attrs.frozen(kw_only=True)
+class Duplicate:
+    """Sent by the session host when the log found that a client command repeats an applied
+    one (same ``event_id``, same content): it is recorded, not applied again. ``first_seq`` ..
+    ``last_seq`` are the events the first one wrote."""
+
+    event_id: str
+    command_type: Optional[str]
+    first_seq: int
+    last_seq: int
+
+
+@attrs.frozen(kw_only=True)
 class Invalid(ClientCommand):
     """A client frame the protocol layer refused before it became a command; it is logged as
     rejected like any other refusal."""
@@ -364,5 +425,6 @@ Command = Union[
     Resume,
     Expire,
     Pump,
+    Duplicate,
     Invalid,
 ]

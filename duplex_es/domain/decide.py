@@ -11,13 +11,13 @@ from __future__ import annotations
 
 # Importing the concern modules registers their deciders.
 from duplex_es.domain import input as _input, items as _items, lease as _lease, lifecycle as _lifecycle  # noqa: F401
-from duplex_es.domain import playback as _playback, responses as _responses  # noqa: F401
-from duplex_es.domain.commands import Detach, Expire, Invalid, OpenSession, Pump
+from duplex_es.domain import playback as _playback, responses as _responses, transcription as _transcription  # noqa: F401
+from duplex_es.domain.commands import Detach, Duplicate, Expire, Invalid, OpenSession, Pump
 from duplex_es.domain.errors import Code
 from duplex_es.domain.rules import decider, reject, rejection
 from duplex_es.domain.state import SessionState
 from duplex_es.domain.world import StartWorld, WorldState, world_decider
-from duplex_es.events import Event, SessionConfig, SessionOpened, WorldStarted
+from duplex_es.events import CommandDeduplicated, Event, SessionConfig, SessionOpened, TurnDetection, WorldStarted
 
 __all__ = ["decide"]
 
@@ -31,6 +31,12 @@ def decide(state: SessionState | WorldState, command: object) -> list[Event]:
     """
     if isinstance(command, Invalid):
         return [rejection(command.event_id, command.command_type, command.code, command.message, command.param, command.excerpt)]
+    if isinstance(command, Duplicate):
+        return [
+            CommandDeduplicated(
+                client_event_id=command.event_id, command_type=command.command_type, first_seq=command.first_seq, last_seq=command.last_seq
+            )
+        ]
     if isinstance(command, (OpenSession, StartWorld)):
         if state.status != "new":
             return reject(command, Code.SESSION_ALREADY_OPEN, f"session {state.session_id} already exists")
@@ -44,7 +50,9 @@ def decide(state: SessionState | WorldState, command: object) -> list[Event]:
                     resume_token_hash=command.resume_token_hash,
                 )
             ]
-        return [SessionOpened(session_id=command.session_id, config=SessionConfig(model=command.model), resume_token_hash=command.resume_token_hash)]
+        # Turn detection starts as OpenAI's default (server VAD), which clients expect.
+        config = SessionConfig(model=command.model, engine=command.engine or command.model, turn_detection=TurnDetection())
+        return [SessionOpened(session_id=command.session_id, config=config, resume_token_hash=command.resume_token_hash)]
     if not state.is_open:
         if isinstance(command, (Pump, Detach, Expire)):
             return []

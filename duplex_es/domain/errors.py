@@ -19,7 +19,6 @@ class Code:
     UNKNOWN_TYPE = "unknown_event_type"
     INVALID_EVENT = "invalid_event"
     FRAME_TOO_LARGE = "frame_too_large"
-    DUPLICATE_EVENT_ID = "duplicate_event_id"
     BINARY_FRAME = "binary_frame_unsupported"
 
     # Session.
@@ -33,6 +32,7 @@ class Code:
     BUFFER_NOT_EMPTY = "input_audio_buffer_not_empty"
     SESSION_ALREADY_OPEN = "session_already_open"
     MODEL_UPDATE_UNSUPPORTED = "model_update_unsupported"
+    MODEL_NOT_FOUND = "model_not_found"  # OpenAI's code for a model it does not serve
     VOICE_UPDATE_AFTER_AUDIO = "voice_update_after_audio_unsupported"
     UNSUPPORTED_AUDIO_FORMAT = "unsupported_audio_format"
     UNSUPPORTED_TURN_DETECTION = "unsupported_turn_detection"
@@ -52,6 +52,8 @@ class Code:
     ACTIVE_RESPONSE = "conversation_already_has_active_response"  # OpenAI
     CANCEL_NOT_ACTIVE = "response_cancel_not_active"  # OpenAI
     UNSUPPORTED_RESPONSE_OPTION = "unsupported_response_option"
+    TRANSCRIPTION_SESSION = "response_unsupported_in_transcription_session"
+    INPUT_ITEM_NOT_FOUND = "response_input_item_not_found"
     TOO_MANY_RESPONSES = "too_many_active_responses"
 
     # Playback and items.
@@ -61,7 +63,9 @@ class Code:
     PLAYBACK_OUT_OF_RANGE = "playback_ack_out_of_range"
     PLAYBACK_TOO_LATE = "playback_ack_too_late"
     INVALID_ITEM = "invalid_item"
+    INVALID_TOOL = "invalid_tool"
     ITEM_EXISTS = "item_already_exists"
+    ITEM_CREATE_DUPLICATE = "item_create_duplicate_item_id"  # OpenAI (LiveKit treats it as "already there")
     PREVIOUS_ITEM_NOT_FOUND = "previous_item_not_found"
     RETRIEVE_INVALID_ITEM = "item_retrieve_invalid_item_id"  # OpenAI
     DELETE_INVALID_ITEM = "item_delete_invalid_item_id"  # OpenAI

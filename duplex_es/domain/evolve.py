@@ -11,7 +11,7 @@ from typing import Iterable
 
 # Importing the concern modules registers their evolvers.
 from duplex_es.domain import input as _input, items as _items, lease as _lease, lifecycle as _lifecycle  # noqa: F401
-from duplex_es.domain import playback as _playback, responses as _responses  # noqa: F401
+from duplex_es.domain import playback as _playback, responses as _responses, transcription as _transcription  # noqa: F401
 from duplex_es.domain.replace import replace
 from duplex_es.domain.world import WorldState
 from duplex_es.domain.rules import evolver
@@ -23,7 +23,7 @@ __all__ = ["evolve", "fold", "REDUCER_VERSION"]
 #: The version of the fold. Bump it whenever a change to the evolvers or the state classes would
 #: fold some existing log to a different state: snapshots taken by another version are then
 #: ignored and rebuilt from the log (issue 5, snapshots).
-REDUCER_VERSION = 2  # 2: snapshots keep dict order (those of 1 sorted keys and loaded a different fold)
+REDUCER_VERSION = 3  # 3: client settings, input transcription, idle timeout, usage (issue 10); 2: snapshots keep dict order
 
 
 def evolve(state: SessionState | WorldState, seq: int, event: Event) -> SessionState | WorldState:

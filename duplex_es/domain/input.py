@@ -26,9 +26,11 @@ from duplex_es.domain.replace import replace
 from duplex_es.domain.responses import cancel_events, retire_frozen, start_response
 from duplex_es.domain.rules import decider, evolver, put_item, reject
 from duplex_es.domain.state import InputBuffer, Item, SessionState
+from duplex_es.domain.transcription import transcription_request
 from duplex_es.domain.vad import FRAME_MS, detect
 from duplex_es.events import (
     AudioAppended,
+    CommandRejected,
     AudioSegment,
     Event,
     InputCleared,
@@ -37,6 +39,7 @@ from duplex_es.events import (
     SpeechStarted,
     SpeechStopped,
     TextAppended,
+    TimeoutTriggered,
     VadState,
 )
 
@@ -94,7 +97,8 @@ def commit_events(state: SessionState, item_id: str, event_id: Optional[str] = N
             text_seqs=buf.text_seqs,
             samples=take,
             text=buf.text,
-        )
+        ),
+        *transcription_request(state, item_id, head),
     ]
 
 
@@ -131,10 +135,12 @@ def _(cmd: AppendAudio, state: SessionState) -> list[Event]:
     vad, transitions = detect(before, pcm, state.input_clock, fmt.rate, td, buffer_start)
     ids = cmd.vad_ids
     # Each utterance in one append needs its own item id; later ones derive from the first.
-    fresh = iter([ids.item_id] + [f"{ids.item_id}_{n}" for n in range(1, len(transitions) + 1)])
+    fresh = iter([ids.item_id] + [f"{ids.item_id}_{n}" for n in range(1, len(transitions) + 2)])
     events: list[Event] = [appended]
-    trial = _fold(state, events) if transitions else state  # what the transitions are decided on
+    timeout = _idle_deadline(state, samples) if not transitions else None
+    trial = _fold(state, events) if transitions or timeout is not None else state  # what the transitions are decided on
     current = state.vad.item_id
+    responds = td.create_response and cfg.session_type == "realtime"
     for t in transitions:
         if t.kind == "started":
             current = next(fresh)
@@ -149,19 +155,48 @@ def _(cmd: AppendAudio, state: SessionState) -> list[Event]:
             committed = commit_events(trial, item_id, up_to=t.sample)
             if isinstance(committed[0], InputCommitted):
                 batch += committed
-                if td.create_response:
-                    after_commit = _fold(trial, batch)
-                    auto = _auto_response(ids, item_id)
-                    if after_commit.active_response is None:
-                        batch += start_response(after_commit, auto)
-                    else:
-                        batch.append(ResponseDeferred(response_id=auto.response_id, item_id=auto.item_id, request_id=auto.request_id))
+                if responds:
+                    batch += _respond(_fold(trial, batch), ids, item_id)
             # else: under 100 ms of speech is not a turn; its audio stays in the buffer.
         trial = _fold(trial, batch)
+        events += [e for e in batch if e.TYPE != "command.rejected"]
+    if timeout is not None:
+        # No speech for idle_timeout_ms after the last response's audio: commit what the buffer
+        # holds up to the deadline (silence, as OpenAI does) and answer it.
+        item_id = next(fresh)
+        batch = [TimeoutTriggered(audio_start_ms=ms_of(state.idle_since_sample or 0, fmt.rate), audio_end_ms=ms_of(timeout, fmt.rate), item_id=item_id)]
+        committed = commit_events(trial, item_id, up_to=timeout)
+        if isinstance(committed[0], InputCommitted):
+            batch += committed
+        if cfg.session_type == "realtime":
+            batch += _respond(_fold(trial, batch), ids, item_id)
         events += [e for e in batch if e.TYPE != "command.rejected"]
     # The logged VAD state names the utterance still in progress at the end of the append.
     events[0] = replace(appended, vad=replace(vad, item_id=current if vad.speaking else None))
     return events
+
+
+def _idle_deadline(state: SessionState, samples: int) -> Optional[int]:
+    """Where on the input clock server VAD's idle timeout fires within an append of
+    ``samples`` that starts no speech, or ``None``: it runs from the end of the last response's
+    audio (``state.idle_since_sample``), only while nobody speaks and no response is active."""
+    cfg = state.config
+    td = cfg.turn_detection if cfg is not None else None
+    if td is None or td.idle_timeout_ms is None or state.idle_since_sample is None:
+        return None
+    if state.vad.speaking or state.active_response is not None or state.deferred_response is not None:
+        return None
+    deadline = state.idle_since_sample + td.idle_timeout_ms * cfg.input_format.rate // 1000  # type: ignore[union-attr]
+    return deadline if state.input_clock < deadline <= state.input_clock + samples else None
+
+
+def _respond(state: SessionState, ids: VadIds, item_id: str) -> list[Event]:
+    """The response server VAD starts for the turn just committed as ``item_id``: now, or, while
+    another holds the conversation, as soon as it ends."""
+    auto = _auto_response(ids, item_id)
+    if state.active_response is None:
+        return start_response(state, auto)
+    return [ResponseDeferred(response_id=auto.response_id, item_id=auto.item_id, request_id=auto.request_id)]
 
 
 def _auto_response(ids: VadIds, item_id: str) -> CreateResponse:
@@ -181,11 +216,24 @@ def _(cmd: AppendText, state: SessionState) -> list[Event]:
 @decider.register
 def _(cmd: Commit, state: SessionState) -> list[Event]:
     if cmd.item_id in state.items:
-        return reject(cmd, Code.ITEM_EXISTS, f"an item with id {cmd.item_id!r} already exists")
+        return reject(cmd, Code.ITEM_EXISTS, f"an item with id {cmd.item_id!r} already exists", "item_id")
     committed = commit_events(state, cmd.item_id, cmd.event_id)
-    if isinstance(committed[0], InputCommitted):
-        return end_speech(state) + committed
-    return committed
+    if not isinstance(committed[0], InputCommitted):
+        return committed
+    events = end_speech(state) + committed
+    if cmd.create_response and cmd.response_ids is not None:
+        # vLLM-Omni's input.commit answers the turn in the same batch: at once, or as soon as
+        # the response holding the conversation ends (as server VAD does); else refused whole.
+        response_id, item_id, request_id = cmd.response_ids
+        after = _fold(state, events)
+        if after.active_response is not None:
+            return events + [ResponseDeferred(response_id=response_id, item_id=item_id, request_id=request_id)]
+        create = CreateResponse(event_id=cmd.event_id, response_id=response_id, item_id=item_id, request_id=request_id)
+        started = start_response(after, create)
+        if isinstance(started[0], CommandRejected):
+            return [replace(started[0], command_type="input_audio_buffer.commit")]
+        events += started
+    return events
 
 
 @decider.register
@@ -229,13 +277,19 @@ def _(ev: TextAppended, state: SessionState, seq: int) -> SessionState:
 
 @evolver.register
 def _(ev: SpeechStarted, state: SessionState, seq: int) -> SessionState:
-    return state  # the VAD state came with the append
+    # The VAD state came with the append; speech stops the idle timeout.
+    return state if state.idle_since_sample is None else replace(state, idle_since_sample=None)
 
 
 @evolver.register
 def _(ev: SpeechStopped, state: SessionState, seq: int) -> SessionState:
     # Ends speech wherever it came from: VAD (already not speaking) or a commit / clear / cancel.
     return replace(state, vad=replace(state.vad, speaking=False, voiced_run=0, silence_run=0, item_id=None))
+
+
+@evolver.register
+def _(ev: TimeoutTriggered, state: SessionState, seq: int) -> SessionState:
+    return replace(state, idle_since_sample=None)
 
 
 @evolver.register

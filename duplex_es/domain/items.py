@@ -3,12 +3,15 @@ truncate (``reference/realtime-protocol.md`` §1.2, §1.6; DESIGN §4 "Truncate"
 
 Truncating assistant audio keeps the heard prefix of the transcript (duplex_es's rule), or
 removes the transcript under the session option ``transcript_on_truncate: "remove"`` (OpenAI's
-rule). Truncation is idempotent, works on incomplete items and after later turns.
+rule). Truncation is idempotent, works on incomplete items, on an item still being generated
+(clients truncate what was heard before they cancel; the cap holds for what is generated
+after it) and after later turns.
 """
 
 from __future__ import annotations
 
 from duplex_es.domain.commands import ROOT, CreateItem, DeleteItem, RetrieveItem, TruncateItem
+from duplex_es.domain.content import content_problem
 from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_BUFFER_MS, MAX_INPUT_TEXT_CHARS
 from duplex_es.domain.playback import history_transcript, maybe_release, refresh_transcripts
@@ -16,32 +19,18 @@ from duplex_es.domain.replace import replace
 from duplex_es.domain.rules import decider, evolver, put_item, put_response, reject
 from duplex_es.domain.state import Item, SessionState
 from duplex_es.domain.responses import retire_frozen
+from duplex_es.domain.transcription import transcription_request
 from duplex_es.events import AudioSegment, Event, ItemCreated, ItemDeleted, ItemRetrieved, ItemTruncated
 
-_PARTS_BY_ROLE = {"user": {"input_text", "input_audio"}, "system": {"input_text"}, "assistant": {"output_text"}}
 
 
 @decider.register
 def _(cmd: CreateItem, state: SessionState) -> list[Event]:
-    if cmd.role not in _PARTS_BY_ROLE:
-        return reject(cmd, Code.INVALID_ITEM, f"role must be user, assistant or system, not {cmd.role[:32]!r}", "item.role")
-    allowed = _PARTS_BY_ROLE[cmd.role]
-    for i, part in enumerate(cmd.content):
-        if part.type not in allowed:
-            if cmd.role == "assistant" and part.type in ("output_audio", "audio"):
-                return reject(cmd, Code.TRUNCATE_UNSUPPORTED_CONTENT, "assistant audio messages cannot be created", f"item.content[{i}].type")
-            return reject(
-                cmd, Code.INVALID_ITEM, f"a {cmd.role} item cannot hold {part.type[:32]!r} content", f"item.content[{i}].type"
-            )
-    if not cmd.content:
-        return reject(cmd, Code.INVALID_ITEM, "an item needs at least one content part", "item.content")
-    for i, part in enumerate(cmd.content):
-        empty = not part.audio if part.type == "input_audio" else not part.text
-        if empty:
-            what = "audio" if part.type == "input_audio" else "text"
-            return reject(cmd, Code.INVALID_ITEM, f"a {part.type} part needs non-empty {what}", f"item.content[{i}].{what}")
+    problem = content_problem(cmd.role, cmd.content)
+    if problem is not None:
+        return reject(cmd, *problem)
     if cmd.item_id in state.items:
-        return reject(cmd, Code.ITEM_EXISTS, f"an item with id {cmd.item_id!r} already exists", "item.id")
+        return reject(cmd, Code.ITEM_CREATE_DUPLICATE, f"an item with id {cmd.item_id!r} already exists", "item.id")
     if cmd.item_id == ROOT:
         return reject(cmd, Code.INVALID_ITEM, f"{ROOT!r} names the start of the conversation and cannot be an item id", "item.id")
     previous = cmd.previous_item_id
@@ -52,30 +41,37 @@ def _(cmd: CreateItem, state: SessionState) -> list[Event]:
     fmt = state.config.input_format  # type: ignore[union-attr]
     text = sum(len(p.text) for p in cmd.content)
     if text > MAX_INPUT_TEXT_CHARS:
-        return reject(cmd, Code.INPUT_TEXT_TOO_LONG, f"an item holds at most {MAX_INPUT_TEXT_CHARS} characters of text", "item.content")
+        return reject(
+            cmd, Code.INPUT_TEXT_TOO_LONG, f"item {cmd.item_id} holds {text} characters of text; at most {MAX_INPUT_TEXT_CHARS}", "item.content"
+        )
     per_sample = 2 if fmt.type == "audio/pcm" else 1
     if cmd.audio_nbytes % per_sample:
-        return reject(cmd, Code.INVALID_AUDIO_LENGTH, f"{fmt.type} audio needs a multiple of {per_sample} bytes", "item.content")
+        return reject(
+            cmd, Code.INVALID_AUDIO_LENGTH, f"{fmt.type} audio needs a multiple of {per_sample} bytes; item {cmd.item_id} has {cmd.audio_nbytes}", "item.content"
+        )
     samples = cmd.audio_nbytes // per_sample
     if samples * 1000 > MAX_BUFFER_MS * fmt.rate:
-        return reject(cmd, Code.BUFFER_FULL, f"an item holds at most {MAX_BUFFER_MS // 1000} s of audio", "item.content")
-    resolved = None if previous == ROOT else (previous if previous is not None else state.last_item_id)
-    return [
-        ItemCreated(
-            client_event_id=cmd.event_id,
-            item_id=cmd.item_id,
-            previous_item_id=resolved,
-            role=cmd.role,
-            content=cmd.content,
-            samples=samples,
+        return reject(
+            cmd, Code.BUFFER_FULL, f"item {cmd.item_id} holds {samples * 1000 // fmt.rate} ms of audio; at most {MAX_BUFFER_MS // 1000} s", "item.content"
         )
-    ]
+    resolved = None if previous == ROOT else (previous if previous is not None else state.last_item_id)
+    created = ItemCreated(
+        client_event_id=cmd.event_id,
+        item_id=cmd.item_id,
+        previous_item_id=resolved,
+        role=cmd.role,
+        content=cmd.content,
+        samples=samples,
+    )
+    # The item's audio is logged by this very event, the batch's first (seq state.seq + 1).
+    audio = (AudioSegment(seq=state.seq + 1, offset=0, samples=samples),) if samples and cmd.role == "user" else ()
+    return [created, *transcription_request(state, cmd.item_id, audio)]
 
 
 @decider.register
 def _(cmd: RetrieveItem, state: SessionState) -> list[Event]:
     if cmd.item_id not in state.items:
-        return reject(cmd, Code.RETRIEVE_INVALID_ITEM, f"the item with id '{cmd.item_id[:64]}' does not exist", "item_id")
+        return reject(cmd, Code.RETRIEVE_INVALID_ITEM, f"Error retrieving item: the item with id '{cmd.item_id[:64]}' does not exist.", "item_id")
     return [ItemRetrieved(client_event_id=cmd.event_id, item_id=cmd.item_id)]
 
 
@@ -89,7 +85,9 @@ def _(cmd: DeleteItem, state: SessionState) -> list[Event]:
     if not item.in_conversation:
         return reject(cmd, Code.DELETE_INVALID_ITEM, f"item {cmd.item_id} belongs to an out-of-band response, not to the conversation", "item_id")
     if item.response_id is not None and item.response_id in state.responses and state.responses[item.response_id].active:
-        return reject(cmd, Code.ITEM_IN_PROGRESS, f"item {cmd.item_id} belongs to a response in progress; cancel it first", "item_id")
+        return reject(
+            cmd, Code.ITEM_IN_PROGRESS, f"item {cmd.item_id} belongs to response {item.response_id}, still in progress; cancel it first", "item_id"
+        )
     return [ItemDeleted(client_event_id=cmd.event_id, item_id=cmd.item_id)]
 
 
@@ -101,18 +99,21 @@ def _(cmd: TruncateItem, state: SessionState) -> list[Event]:
             cmd, Code.TRUNCATE_INVALID_ITEM, f"Error truncating item: the item with id '{cmd.item_id[:64]}' does not exist.", "item_id"
         )
     if item.role != "assistant" or item.content_type != "output_audio":
-        return reject(cmd, Code.TRUNCATE_UNSUPPORTED_CONTENT, "Only model output audio messages can be truncated", "item_id")
+        what = f"a {item.role} {item.content_type.replace('_', ' ')} item"
+        return reject(
+            cmd, Code.TRUNCATE_UNSUPPORTED_CONTENT, f"Only model output audio messages can be truncated; item {item.id} is {what}", "item_id"
+        )
     if cmd.content_index != 0:
-        return reject(cmd, Code.INVALID_CONTENT_INDEX, "an audio item has one content part: content_index must be 0", "content_index")
-    if item.status == "in_progress":
-        return reject(cmd, Code.ITEM_IN_PROGRESS, f"item {item.id} is still being generated; cancel its response first", "item_id")
+        return reject(
+            cmd, Code.INVALID_CONTENT_INDEX, f"item {item.id} has one content part: content_index must be 0, not {cmd.content_index}", "content_index"
+        )
     if cmd.audio_end_ms < 0:
-        return reject(cmd, Code.TRUNCATE_OUT_OF_RANGE, "audio_end_ms must be >= 0", "audio_end_ms")
-    if cmd.audio_end_ms > item.audio_ms:
+        return reject(cmd, Code.TRUNCATE_OUT_OF_RANGE, f"audio_end_ms must be >= 0; got {cmd.audio_end_ms} for item {item.id}", "audio_end_ms")
+    if cmd.audio_end_ms > item.audio_ms_ceil:
         return reject(
             cmd,
             Code.TRUNCATE_OUT_OF_RANGE,
-            f"Audio content of {item.audio_ms}ms is already shorter than {cmd.audio_end_ms}ms",
+            f"Audio content of item {item.id} is {item.audio_ms_ceil} ms, already shorter than audio_end_ms {cmd.audio_end_ms} ms",
             "audio_end_ms",
         )
     remove = state.config is not None and state.config.transcript_on_truncate == "remove"

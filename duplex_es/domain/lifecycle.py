@@ -23,6 +23,7 @@ from duplex_es.domain.responses import cancel_events
 from duplex_es.domain.rules import decider, evolver, reject
 from duplex_es.domain.state import SessionState
 from duplex_es.events import (
+    CommandDeduplicated,
     CommandRejected,
     Event,
     HeartbeatReceived,
@@ -36,43 +37,95 @@ from duplex_es.events import (
     VadState,
 )
 
-__all__ = ["TURN_SIGNALS", "merge_turn_detection"]
+__all__ = ["TURN_SIGNALS", "NOT_APPLIED_SETTINGS", "IDLE_TIMEOUT_RANGE_MS", "merge_turn_detection"]
 
 #: Informational ``turn.signal`` names a client may send.
 TURN_SIGNALS = frozenset({"user_started", "user_stopped", "assistant_started", "assistant_done"})
 
-_MODEL_FIELDS = ("instructions", "voice", "output_modalities", "output_format")
+#: Settings an engine reads when it answers: a change must be applied by exactly one tick (I5).
+_MODEL_FIELDS = (
+    "instructions",
+    "voice",
+    "output_modalities",
+    "output_format",
+    "speed",
+    "max_output_tokens",
+    "tools",
+    "tool_choice",
+    "temperature",
+)
+
+#: Settings accepted and echoed exactly, that nothing in duplex_es applies: a ``session.updated``
+#: that sets one names it in ``not_applied`` (its wire path), so a replay shows why it had no
+#: effect. ``temperature``, ``tools`` and ``tool_choice`` reach the engine, which reports itself
+#: what it ignored (``tick.output.not_applied``).
+NOT_APPLIED_SETTINGS = {
+    "noise_reduction": "session.audio.input.noise_reduction",
+    "tracing": "session.tracing",
+    "truncation": "session.truncation",
+    "include": "session.include",
+    "prompt": "session.prompt",
+    "reasoning": "session.reasoning",
+    "parallel_tool_calls": "session.parallel_tool_calls",
+}
+
 _TD = "session.audio.input.turn_detection"
+
+#: Allowed ``idle_timeout_ms`` (ms of input audio), besides ``null``.
+IDLE_TIMEOUT_RANGE_MS = (1_000, 600_000)
+
+_IS_INT = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+_TD_CHECKS: dict[str, dict[str, tuple[Any, str]]] = {
+    "server_vad": {
+        "threshold": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0, "a number in [0, 1]"),
+        "prefix_padding_ms": (lambda v: _IS_INT(v) and 0 <= v <= 10_000, "an integer in [0, 10000]"),
+        "silence_duration_ms": (lambda v: _IS_INT(v) and 10 <= v <= 10_000, "an integer in [10, 10000]"),
+        "create_response": (lambda v: isinstance(v, bool), "a boolean"),
+        "interrupt_response": (lambda v: isinstance(v, bool), "a boolean"),
+        "idle_timeout_ms": (
+            lambda v: v is None or (_IS_INT(v) and IDLE_TIMEOUT_RANGE_MS[0] <= v <= IDLE_TIMEOUT_RANGE_MS[1]),
+            f"null or an integer in [{IDLE_TIMEOUT_RANGE_MS[0]}, {IDLE_TIMEOUT_RANGE_MS[1]}]",
+        ),
+    },
+    "semantic_vad": {
+        "eagerness": (lambda v: v in ("low", "medium", "high", "auto"), '"low", "medium", "high" or "auto"'),
+        "create_response": (lambda v: isinstance(v, bool), "a boolean"),
+        "interrupt_response": (lambda v: isinstance(v, bool), "a boolean"),
+    },
+}
 
 
 def merge_turn_detection(current: TurnDetection | None, patch: dict[str, Any]) -> tuple[TurnDetection | None, tuple[str, str] | None]:
     """Merge a partial ``turn_detection`` object field-wise into the current settings (OpenAI's
-    defaults fill what was never set). Turning it on needs a ``type``. Returns the result, or
-    ``(None, (param, message))``."""
+    defaults fill what was never set). Turning it on, or changing its type, needs a ``type``
+    and starts from that type's defaults. Returns the result, or ``(None, (param, message))``."""
     if current is None and "type" not in patch:
-        return None, (f"{_TD}.type", "turn detection is off: turning it on needs type \"server_vad\"")
+        return None, (f"{_TD}.type", 'turn detection is off: turning it on needs type "server_vad" or "semantic_vad"')
     kind = patch.get("type", current.type if current else "server_vad")
-    if kind != "server_vad":
-        return None, (f"{_TD}.type", f"turn detection {str(kind)[:32]!r} is not supported; use server_vad or null")
-    base = current or TurnDetection()
-    checks = {
-        "threshold": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0, "a number in [0, 1]"),
-        "prefix_padding_ms": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 10_000, "an integer in [0, 10000]"),
-        "silence_duration_ms": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 10 <= v <= 10_000, "an integer in [10, 10000]"),
-        "create_response": (lambda v: isinstance(v, bool), "a boolean"),
-        "interrupt_response": (lambda v: isinstance(v, bool), "a boolean"),
-    }
+    checks = _TD_CHECKS.get(kind) if isinstance(kind, str) else None
+    if checks is None:
+        return None, (f"{_TD}.type", f"turn detection type {str(kind)[:32]!r} is not supported; use server_vad, semantic_vad or null")
+    if current is not None and current.type == kind:
+        base = current
+    else:
+        base = TurnDetection(type=kind, eagerness="auto" if kind == "semantic_vad" else None)
     changes: dict[str, Any] = {}
     for key, value in patch.items():
-        if key == "type" or (key == "idle_timeout_ms" and value is None):
-            continue  # idle_timeout_ms: null is OpenAI's default: no idle timeout
+        if key == "type":
+            continue
         if key not in checks:
-            return None, (f"{_TD}.{key}", f"{key} is not supported by duplex_es server VAD")
+            return None, (f"{_TD}.{key}", f"{key} is not a setting of {kind} (its settings: {', '.join(sorted(checks))})")
         ok, want = checks[key]
         if not ok(value):
-            return None, (f"{_TD}.{key}", f"{key} must be {want}")
+            return None, (f"{_TD}.{key}", f"{key} must be {want}; got {_shown(value)}")
         changes[key] = float(value) if key == "threshold" else value
     return replace(base, **changes), None
+
+
+def _shown(value: Any) -> str:
+    """A refused value as a message shows it: JSON-like, at most 64 characters."""
+    text = repr(value)
+    return text if len(text) <= 64 else text[:61] + "..."
 
 
 @decider.register
@@ -81,7 +134,16 @@ def _(cmd: UpdateSession, state: SessionState) -> list[Event]:
     assert cfg is not None
     p = cmd.patch
     if p.model is not UNSET and p.model != cfg.model:
-        return reject(cmd, Code.MODEL_UPDATE_UNSUPPORTED, "the model cannot change within a session", "session.model")
+        engine = cfg.engine or cfg.model
+        if p.engine is UNSET or p.engine != engine:
+            served = f"engine {p.engine!r}" if p.engine is not UNSET else "a different engine"
+            return reject(
+                cmd,
+                Code.MODEL_UPDATE_UNSUPPORTED,
+                f"the session's model {cfg.model!r} (engine {engine!r}) cannot change to {str(p.model)[:64]!r} ({served}); "
+                "a model name of the same engine may be given",
+                "session.model",
+            )
     for name, param in (("input_format", "session.audio.input.format"), ("output_format", "session.audio.output.format")):
         fmt = getattr(p, name)
         if fmt is not UNSET and not is_supported(fmt.type, fmt.rate):
@@ -96,8 +158,17 @@ def _(cmd: UpdateSession, state: SessionState) -> list[Event]:
         return reject(
             cmd,
             Code.BUFFER_NOT_EMPTY,
-            "the input format cannot change while the input buffer holds audio; commit or clear it first",
+            f"the input format cannot change while the input buffer holds audio ({state.buffer.samples} samples of "
+            f"{cfg.input_format.type} at {cfg.input_format.rate} Hz); commit or clear it first",
             "session.audio.input.format",
+        )
+    if p.session_type is not UNSET and p.session_type != cfg.session_type and state.live_responses():
+        return reject(
+            cmd,
+            Code.ACTIVE_RESPONSE,
+            f"session.type cannot change from {cfg.session_type!r} to {p.session_type!r} while response "
+            f"{state.live_responses()[0].id} is in progress",
+            "session.type",
         )
     turn_detection = cfg.turn_detection
     if p.turn_detection is not UNSET:
@@ -108,7 +179,12 @@ def _(cmd: UpdateSession, state: SessionState) -> list[Event]:
             if problem is not None:
                 return reject(cmd, Code.UNSUPPORTED_TURN_DETECTION, problem[1], problem[0])
     if p.output_modalities is not UNSET and p.output_modalities not in (("audio",), ("text",)):
-        return reject(cmd, Code.UNSUPPORTED_MODALITIES, 'output_modalities must be ["audio"] or ["text"]', "session.output_modalities")
+        return reject(
+            cmd,
+            Code.UNSUPPORTED_MODALITIES,
+            f'output_modalities must be ["audio"] or ["text"]; got {list(p.output_modalities)}',  # type: ignore[call-overload]
+            "session.output_modalities",
+        )
     if p.voice is not UNSET and p.voice not in VOICES:
         return reject(
             cmd,
@@ -117,24 +193,38 @@ def _(cmd: UpdateSession, state: SessionState) -> list[Event]:
             "session.audio.output.voice",
         )
     if p.voice is not UNSET and p.voice != cfg.voice and state.audio_output_started:
-        return reject(cmd, Code.VOICE_UPDATE_AFTER_AUDIO, "the voice cannot change after the session produced audio", "session.audio.output.voice")
+        return reject(
+            cmd,
+            Code.VOICE_UPDATE_AFTER_AUDIO,
+            f"the voice cannot change from {cfg.voice!r} to {p.voice!r}: the session already produced audio",
+            "session.audio.output.voice",
+        )
     if p.instructions is not UNSET and len(p.instructions) > MAX_INSTRUCTIONS_CHARS:  # type: ignore[arg-type]
-        return reject(cmd, Code.INSTRUCTIONS_TOO_LONG, f"instructions exceed {MAX_INSTRUCTIONS_CHARS} characters", "session.instructions")
+        return reject(
+            cmd,
+            Code.INSTRUCTIONS_TOO_LONG,
+            f"instructions of {len(p.instructions)} characters exceed the limit of {MAX_INSTRUCTIONS_CHARS}",  # type: ignore[arg-type]
+            "session.instructions",
+        )
     if p.transcript_on_truncate is not UNSET and p.transcript_on_truncate not in ("heard_prefix", "remove"):
         return reject(
-            cmd, Code.INVALID_EVENT, 'transcript_on_truncate must be "heard_prefix" or "remove"', "session.duplex.transcript_on_truncate"
+            cmd,
+            Code.INVALID_EVENT,
+            f'transcript_on_truncate must be "heard_prefix" or "remove"; got {_shown(p.transcript_on_truncate)}',
+            "session.duplex.transcript_on_truncate",
         )
     if p.acknowledge_appends is not UNSET and not isinstance(p.acknowledge_appends, bool):
         return reject(cmd, Code.INVALID_EVENT, "acknowledge_appends must be a boolean", "session.duplex.acknowledge_appends")
     changes = {
         f.name: getattr(p, f.name)
         for f in attrs.fields(type(p))
-        if getattr(p, f.name) is not UNSET and f.name not in ("model", "turn_detection")
+        if getattr(p, f.name) is not UNSET and f.name not in ("turn_detection", "engine")
     }
     new = replace(cfg, turn_detection=turn_detection, **changes)
     relevant = any(getattr(new, f) != getattr(cfg, f) for f in _MODEL_FIELDS)
+    not_applied = tuple(path for name, path in NOT_APPLIED_SETTINGS.items() if getattr(p, name) is not UNSET)
     ending = end_speech(state) if turn_detection is None else []
-    return ending + [SessionUpdated(client_event_id=cmd.event_id, config=new, model_relevant=relevant)]
+    return ending + [SessionUpdated(client_event_id=cmd.event_id, config=new, model_relevant=relevant, not_applied=not_applied)]
 
 
 @decider.register
@@ -152,7 +242,7 @@ def _(cmd: TurnSignal, state: SessionState) -> list[Event]:
 def _ending(state: SessionState, cause: str, reason: str, event_id=None) -> list[Event]:  # noqa: ANN001
     """Fence everything in flight and discard what no tick will apply: the session ends."""
     live = state.live_responses()
-    if not live and not state.ticks and not state.unapplied:
+    if not live and not state.ticks and not state.unapplied and not state.transcriptions:
         return []
     return cancel_events(state, live, cause=cause, reason=reason, event_id=event_id, discard_pending=True)
 
@@ -184,7 +274,7 @@ def _(cmd: Resume, state: SessionState) -> list[Event]:
 def _(cmd: Expire, state: SessionState) -> list[Event]:
     if not grace_still_running_out(cmd, state.lease):
         return []
-    return _ending(state, "session_expired", "session_expired") + [
+    return _ending(state, "session_expired", "client_cancelled") + [
         SessionExpired(reason=cmd.reason, decided_at_ms=cmd.now_ms, since_ms=cmd.since_ms)
     ]
 
@@ -227,3 +317,8 @@ def _(ev: TurnSignaled, state: SessionState, seq: int) -> SessionState:
 @evolver.register
 def _(ev: CommandRejected, state: SessionState, seq: int) -> SessionState:
     return state  # DESIGN I3: a refusal changes no derived state.
+
+
+@evolver.register
+def _(ev: CommandDeduplicated, state: SessionState, seq: int) -> SessionState:
+    return state  # a retry of an applied command changes nothing

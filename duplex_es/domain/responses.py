@@ -9,12 +9,13 @@ events they would have applied, and ends the response ``cancelled`` exactly once
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import attrs
 
 from duplex_es.audio import is_supported
-from duplex_es.domain.commands import BargeIn, CancelResponse, ClearOutputAudio, CreateResponse, Pump
+from duplex_es.domain.commands import BargeIn, CancelResponse, ClearOutputAudio, CreateResponse, Pump, ResponseOptions
+from duplex_es.domain.content import content_problem
 from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_INSTRUCTIONS_CHARS, MAX_OUT_OF_BAND_RESPONSES, VOICES
 from duplex_es.domain.playback import may_still_play, maybe_release, refresh_transcripts
@@ -27,6 +28,7 @@ from duplex_es.events import (
     Event,
     HistoryEntry,
     OutputAudioCleared,
+    ResponseInput,
     ResponseCreated,
     ResponseDone,
     SpeechInputs,
@@ -102,42 +104,82 @@ def retire_frozen(state: SessionState) -> SessionState:
     )
 
 
-def speech_inputs(state: SessionState, *, output_format, instructions: str, voice: str, modalities) -> SpeechInputs:
+def _history_entry(item: Item) -> HistoryEntry:
+    text = item.transcript if item.role == "assistant" else (item.transcript or item.input_text)
+    return HistoryEntry(item_id=item.id, role=item.role, text=text, audio_ms=item.audio_ms)
+
+
+def speech_inputs(state: SessionState, o: ResponseOptions, **fields: Any) -> SpeechInputs:
     """What the engine reads for a new response: the newest user item and the conversation as
-    heard so far (assistant items hold only their heard prefix)."""
+    heard so far (assistant items hold only their heard prefix) — or, when the response has its
+    own ``input``, those items; ``fields`` are the response's effective settings."""
     cfg = state.config
     assert cfg is not None
-    user = state.last_user_item()
-    history = tuple(
-        HistoryEntry(
-            item_id=i.id,
-            role=i.role,
-            text=i.transcript if i.role == "assistant" else (i.transcript or i.input_text),
-            audio_ms=i.audio_ms,
-        )
-        for i in (state.items[x] for x in state.item_order)
-    )
+    if o.input is None:
+        user = state.last_user_item()
+        history = tuple(_history_entry(state.items[x]) for x in state.item_order)
+        reply_to, user_audio, user_text = (user.id, user.audio, user.input_text) if user else (None, (), "")
+    else:
+        entries: list[HistoryEntry] = []
+        reply_to, user_audio, user_text = None, (), ""
+        offset = 0  # samples of inline audio before the entry, as logged by response.created
+        per_sample = 2 if cfg.input_format.type == "audio/pcm" else 1
+        for entry in o.input:
+            if entry.item_id is not None:
+                item = state.items[entry.item_id]
+                entries.append(_history_entry(item))
+                if item.role == "user":
+                    reply_to, user_audio, user_text = item.id, item.audio, item.input_text
+                continue
+            text = "".join(p.text for p in entry.content)
+            samples = sum(_b64_len(p.audio) for p in entry.content) // per_sample
+            entries.append(HistoryEntry(item_id="", role=entry.role or "user", text=text, audio_ms=samples * 1000 // cfg.input_format.rate))
+            if entry.role == "user":
+                # Inline audio is logged by the response.created about to be appended.
+                audio = (AudioSegment(seq=state.seq + 1, offset=offset, samples=samples),) if samples else ()
+                reply_to, user_audio, user_text = None, audio, text
+            offset += samples
+        history = tuple(entries)
     return SpeechInputs(
-        reply_to_item_id=user.id if user else None,
-        user_audio=user.audio if user else (),
-        user_text=user.input_text if user else "",
+        reply_to_item_id=reply_to,
+        user_audio=user_audio,
+        user_text=user_text,
         input_format=cfg.input_format,
-        output_format=output_format,
-        instructions=instructions,
-        voice=voice,
-        output_modalities=modalities,
         history=history,
+        engine=cfg.engine or cfg.model,
+        model=cfg.model,
+        **fields,
     )
 
 
 # ------------------------------------------------------------------------------------ create
 
 
+def _input_problem(state: SessionState, entries: tuple[ResponseInput, ...]) -> Optional[tuple[str, str, str]]:
+    """Why a ``response.input`` cannot be the response's context: ``(code, message, param)``."""
+    for i, entry in enumerate(entries):
+        path = f"response.input[{i}]"
+        if entry.item_id is not None:
+            if entry.item_id not in state.items:
+                return Code.INPUT_ITEM_NOT_FOUND, f"response.input[{i}] names item {entry.item_id[:64]!r}, which does not exist", f"{path}.id"
+            continue
+        problem = content_problem(entry.role or "", entry.content, path)
+        if problem is not None:
+            return problem
+    return None
+
+
 def start_response(state: SessionState, cmd: CreateResponse) -> list[Event]:
     """The events of an accepted ``response.create`` (also used by server VAD), or its refusal."""
     o = cmd.options
+    cfg = state.config
+    assert cfg is not None
+    if cfg.session_type == "transcription":
+        return reject(cmd, Code.TRANSCRIPTION_SESSION, "a transcription session creates no responses; set session.type to 'realtime' first")
     if o.conversation not in ("auto", "none"):
-        return reject(cmd, Code.UNSUPPORTED_RESPONSE_OPTION, 'conversation must be "auto" or "none"', "response.conversation")
+        return reject(
+            cmd, Code.UNSUPPORTED_RESPONSE_OPTION, f'conversation must be "auto" or "none"; got {o.conversation[:64]!r}', "response.conversation"
+        )
     active = state.active_response
     if o.conversation == "auto" and active is not None:
         return reject(
@@ -149,26 +191,57 @@ def start_response(state: SessionState, cmd: CreateResponse) -> list[Event]:
     out_of_band = [r for r in state.live_responses() if r.conversation == "none"]
     if o.conversation == "none" and len(out_of_band) >= MAX_OUT_OF_BAND_RESPONSES:
         return reject(
-            cmd, Code.TOO_MANY_RESPONSES, f"at most {MAX_OUT_OF_BAND_RESPONSES} out-of-band responses may run at once"
+            cmd,
+            Code.TOO_MANY_RESPONSES,
+            f"at most {MAX_OUT_OF_BAND_RESPONSES} out-of-band responses may run at once; in progress: {', '.join(r.id for r in out_of_band)}",
         )
-    cfg = state.config
-    assert cfg is not None
     modalities = cfg.output_modalities if o.output_modalities is None else o.output_modalities
     if modalities not in (("audio",), ("text",)):
-        return reject(cmd, Code.UNSUPPORTED_MODALITIES, 'output_modalities must be ["audio"] or ["text"]', "response.output_modalities")
+        return reject(
+            cmd, Code.UNSUPPORTED_MODALITIES, f'output_modalities must be ["audio"] or ["text"]; got {list(modalities)}', "response.output_modalities"
+        )
     out_fmt = o.output_format or cfg.output_format
     if not is_supported(out_fmt.type, out_fmt.rate):
-        return reject(cmd, Code.UNSUPPORTED_AUDIO_FORMAT, "unsupported output audio format", "response.audio.output.format")
+        return reject(
+            cmd, Code.UNSUPPORTED_AUDIO_FORMAT, f"unsupported output audio format {out_fmt.type} at {out_fmt.rate} Hz", "response.audio.output.format"
+        )
     voice = cfg.voice if o.voice is None else o.voice
     if voice not in VOICES:
-        return reject(cmd, Code.UNSUPPORTED_VOICE, f"unknown voice {voice[:64]!r}", "response.audio.output.voice")
+        return reject(cmd, Code.UNSUPPORTED_VOICE, f"unknown voice {voice[:64]!r}; choose one of {', '.join(sorted(VOICES))}", "response.audio.output.voice")
     if voice != cfg.voice and state.audio_output_started:
-        return reject(cmd, Code.VOICE_UPDATE_AFTER_AUDIO, "the voice cannot change after the session produced audio", "response.audio.output.voice")
+        return reject(
+            cmd,
+            Code.VOICE_UPDATE_AFTER_AUDIO,
+            f"the voice cannot change from {cfg.voice!r} to {voice!r}: the session already produced audio",
+            "response.audio.output.voice",
+        )
     instructions = cfg.instructions if o.instructions is None else o.instructions
     if len(instructions) > MAX_INSTRUCTIONS_CHARS:
-        return reject(cmd, Code.INSTRUCTIONS_TOO_LONG, f"instructions exceed {MAX_INSTRUCTIONS_CHARS} characters", "response.instructions")
+        return reject(
+            cmd,
+            Code.INSTRUCTIONS_TOO_LONG,
+            f"instructions of {len(instructions)} characters exceed the limit of {MAX_INSTRUCTIONS_CHARS}",
+            "response.instructions",
+        )
+    if o.input is not None:
+        problem = _input_problem(state, o.input)
+        if problem is not None:
+            return reject(cmd, *problem)
     in_conversation = o.conversation == "auto"
-    inputs = speech_inputs(state, output_format=out_fmt, instructions=instructions, voice=voice, modalities=modalities)
+    max_tokens = cfg.max_output_tokens if o.max_output_tokens is None else o.max_output_tokens
+    inputs = speech_inputs(
+        state,
+        o,
+        output_format=out_fmt,
+        instructions=instructions,
+        voice=voice,
+        output_modalities=modalities,
+        max_output_tokens=max_tokens,
+        speed=cfg.speed if o.speed is None else o.speed,
+        temperature=cfg.temperature if o.temperature is None else o.temperature,
+        tools=cfg.tools if o.tools is None else o.tools,
+        tool_choice=cfg.tool_choice if o.tool_choice is None else o.tool_choice,
+    )
     return [
         ResponseCreated(
             client_event_id=cmd.event_id,
@@ -181,6 +254,10 @@ def start_response(state: SessionState, cmd: CreateResponse) -> list[Event]:
             output_format=out_fmt,
             conversation=o.conversation,
             answers_commit_seq=state.last_commit_seq,
+            metadata=o.metadata,
+            max_output_tokens=max_tokens,
+            input=o.input,
+            not_applied=o.not_applied,
         ),
         TickIssued(
             request_id=cmd.request_id,
@@ -221,13 +298,15 @@ def cancel_events(
     ids = {r.id for r in resps}
     live = [t for t in state.ticks.values() if t.response_id in ids]
     discarded = {s for t in live for s in t.applied_event_ids}
+    cancelled = tuple(t.request_id for t in live)
     if discard_pending:
         discarded |= set(state.unapplied)
+        cancelled += tuple(state.transcriptions)  # the session ends: nobody will read them
     events: list[Event] = [
         EpochAdvanced(
             epoch=state.epoch + 1,
             reason=cause,
-            cancelled_request_ids=tuple(t.request_id for t in live),
+            cancelled_request_ids=cancelled,
             discarded_event_ids=tuple(sorted(discarded)),
         ),
         *extra,
@@ -283,7 +362,8 @@ def _(cmd: ClearOutputAudio, state: SessionState) -> list[Event]:
     if not resp.active:
         return [cleared]
     return cancel_events(
-        state, [resp], cause="output_audio_buffer_clear", reason="output_audio_buffer_clear", event_id=cmd.event_id, extra=(cleared,)
+        # The reason must be one of GA's (clients validate it); the cause is kept on the epoch change.
+        state, [resp], cause="output_audio_buffer_clear", reason="client_cancelled", event_id=cmd.event_id, extra=(cleared,)
     )
 
 
@@ -350,6 +430,9 @@ def _(ev: ResponseCreated, state: SessionState, seq: int) -> SessionState:
         output_format=ev.output_format,
         conversation=ev.conversation,
         answers_commit_seq=ev.answers_commit_seq,
+        metadata=ev.metadata,
+        max_output_tokens=ev.max_output_tokens,
+        started_at_sample=state.input_clock,
     )
     item = Item(
         id=ev.item_id,
@@ -363,7 +446,12 @@ def _(ev: ResponseCreated, state: SessionState, seq: int) -> SessionState:
     state = put_response(state, resp)
     if in_conversation:
         deferred = state.deferred_response
-        state = replace(state, active_response_id=ev.response_id, deferred_response=None if deferred and deferred.response_id == ev.response_id else deferred)
+        state = replace(
+            state,
+            active_response_id=ev.response_id,
+            deferred_response=None if deferred and deferred.response_id == ev.response_id else deferred,
+            idle_since_sample=None,
+        )
     return put_item(state, item)
 
 
@@ -378,7 +466,17 @@ def _(ev: TickIssued, state: SessionState, seq: int) -> SessionState:
         applied_event_ids=ev.applied_event_ids,
     )
     resp = state.responses[ev.response_id]
-    resp = replace(resp, tick_in_flight=ev.request_id, inputs=ev.inputs if ev.chunk_index == 0 else resp.inputs)
+    if ev.chunk_index == 0:
+        fmt = ev.inputs.input_format
+        resp = replace(
+            resp,
+            tick_in_flight=ev.request_id,
+            inputs=ev.inputs,
+            input_audio_ms=sum(seg.samples for seg in ev.inputs.user_audio) * 1000 // fmt.rate,
+            input_text_chars=len(ev.inputs.user_text),
+        )
+    else:
+        resp = replace(resp, tick_in_flight=ev.request_id)
     state = put_response(state, resp)
     return replace(
         state,
@@ -398,8 +496,10 @@ def _(ev: TickOutput, state: SessionState, seq: int) -> SessionState:
     resp = state.responses[ev.response_id]
     for t in ev.input_transcripts:
         user = state.items.get(t.item_id)
-        if user is not None and user.role == "user":
-            state = put_item(state, replace(user, transcript=t.transcript))
+        # What the engine heard, once per item, unless the session's own transcription answers
+        # for it ("heard": a later response answering the same item does not report it again).
+        if user is not None and user.role == "user" and user.transcription is None:
+            state = put_item(state, replace(user, transcript=t.transcript, transcription="heard"))
     item = state.items[resp.item_id]
     if ev.new_item_id is not None:
         state = put_item(state, replace(item, complete=True, status="completed"))
@@ -427,6 +527,7 @@ def _(ev: TickOutput, state: SessionState, seq: int) -> SessionState:
     )
     resp = replace(
         resp,
+        usage=resp.usage if ev.usage is None else resp.usage + ev.usage,
         tick_in_flight=None,
         next_chunk=resp.next_chunk + 1,
         final_seen=resp.final_seen or ev.final,
@@ -464,12 +565,16 @@ def _(ev: EpochAdvanced, state: SessionState, seq: int) -> SessionState:
         if tick is not None and tick.response_id in responses:
             responses[tick.response_id] = replace(responses[tick.response_id], tick_in_flight=None)
     discarded = set(ev.discarded_event_ids)
+    transcriptions = state.transcriptions
+    if dead & transcriptions.keys():
+        transcriptions = {k: v for k, v in transcriptions.items() if k not in dead}
     return replace(
         state,
         epoch=ev.epoch,
         ticks={k: v for k, v in state.ticks.items() if k not in dead},
         responses=responses,
         unapplied=tuple(s for s in state.unapplied if s not in discarded),
+        transcriptions=transcriptions,
     )
 
 
@@ -490,7 +595,13 @@ def _(ev: ResponseDone, state: SessionState, seq: int) -> SessionState:
     if item is not None:
         state = put_item(state, replace(item, status="completed" if ev.status == "completed" else "incomplete"))
     active = None if state.active_response_id == ev.response_id else state.active_response_id
-    state = put_response(replace(state, active_response_id=active), resp)
+    idle_since = state.idle_since_sample
+    if resp.conversation == "auto" and state.config is not None:
+        # Server VAD's idle timeout counts from when the response's audio has played out, on
+        # the input clock (its audio's length after the response started, or now if later).
+        rate = state.config.input_format.rate
+        idle_since = max(state.input_clock, resp.started_at_sample + resp.generated_ms * rate // 1000)
+    state = put_response(replace(state, active_response_id=active, idle_since_sample=idle_since), resp)
     state = refresh_transcripts(state, resp.id)
     return maybe_release(state, resp.id)
 

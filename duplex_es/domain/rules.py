@@ -44,6 +44,7 @@ COMMAND_TYPES: dict[type, str] = {
     c.Detach: "session.detach",
     c.Expire: "session.expire",
     c.Pump: "session.pump",
+    c.Duplicate: "command.duplicate",
 }
 
 

@@ -7,11 +7,11 @@ aggregate"); one :class:`Response` holds a response's lifecycle and its playback
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import attrs
 
-from duplex_es.events import AudioFormat, AudioSegment, Mark, ResponseDeferred, SessionConfig, SpeechInputs, VadState
+from duplex_es.events import AudioFormat, AudioSegment, Mark, ResponseDeferred, SessionConfig, SpeechInputs, TokenUsage, VadState
 
 __all__ = ["InputBuffer", "Item", "Response", "Tick", "Lease", "SessionState", "ACTIVE", "TERMINAL_STATUSES"]
 
@@ -76,11 +76,19 @@ class Item:
     complete: bool = False
     truncated_ms: Optional[int] = None
     transcript_removed: bool = False
+    transcription: Optional[str] = None
 
     @property
     def generated_ms(self) -> int:
         """Generated audio in ms."""
         return self.audio_samples * 1000 // self.audio_format.rate
+
+    @property
+    def audio_ms_ceil(self) -> int:
+        """The item's audio length in ms rounded up (a truncate may name the partial last ms)."""
+        samples = self.audio_samples if self.role == "assistant" else self.input_samples
+        own = -(-samples * 1000 // self.audio_format.rate)
+        return own if self.truncated_ms is None else min(own, self.truncated_ms)
 
     @property
     def audio_ms(self) -> int:
@@ -100,6 +108,10 @@ class Response:
     caps every later ack). ``slot_reserved`` becomes true with the first accepted ack: after
     that the history follows playback even once newer user input exists.
     ``playback_cleared``: the client dropped what it had not played (``output_audio_buffer.clear``).
+    ``metadata`` is the client's (echoed on ``response.created`` / ``response.done``);
+    ``usage`` the tokens its engine reported, summed over its ticks; ``started_at_sample`` the
+    input clock when it was created (the idle timeout counts from its audio's end);
+    ``input_audio_ms`` / ``input_text_chars`` the user input its first tick gave the engine.
     """
 
     id: str
@@ -127,6 +139,12 @@ class Response:
     acked: bool = False
     slot_reserved: bool = False
     playback_cleared: bool = False
+    metadata: Optional[Any] = None
+    max_output_tokens: Any = "inf"
+    usage: TokenUsage = TokenUsage()
+    started_at_sample: int = 0
+    input_audio_ms: int = 0
+    input_text_chars: int = 0
 
     @property
     def sent_ms(self) -> int:
@@ -184,7 +202,10 @@ class SessionState:
     user item (the ``playback_ack_too_late`` rule measures responses against it).
     ``retired_response_ids`` are responses whose ledger was dropped unacknowledged once a newer
     user turn made their history final; ``deferred_response`` a server VAD turn's response
-    waiting for the active one to end.
+    waiting for the active one to end. ``transcriptions`` maps the request id of each input
+    transcription in flight to its user item. ``idle_since_sample`` is where on the input clock
+    the idle timeout counts from (the end of the last response's audio), ``None`` while it is
+    not running.
     """
 
     session_id: str = ""
@@ -207,6 +228,8 @@ class SessionState:
     lease: Lease = Lease()
     retired_response_ids: tuple[str, ...] = ()
     deferred_response: Optional[ResponseDeferred] = None
+    transcriptions: dict[str, str] = attrs.Factory(dict)
+    idle_since_sample: Optional[int] = None
 
     @property
     def active_response(self) -> Optional[Response]:

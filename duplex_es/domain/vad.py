@@ -4,7 +4,8 @@ Each append is cut into 10 ms frames of the declared format; a frame is voiced w
 reaches ``-60 + 40 × threshold`` dBFS (OpenAI's default threshold 0.5 → -40 dBFS: quiet room noise
 stays below it, speech is well above). Speech starts after :data:`MIN_SPEECH_MS` of consecutive
 voiced audio; its ``audio_start_ms`` is moved back by ``prefix_padding_ms`` (never before the
-buffer's start). It stops once ``silence_duration_ms`` of unvoiced audio followed it; its
+buffer's start). It stops once ``silence_duration_ms`` of unvoiced audio followed it (for
+``semantic_vad``, the pause its ``eagerness`` allows); its
 ``audio_end_ms`` includes that silence (``reference/realtime-protocol.md`` §1.7).
 
 The detector is a pure function of its state and the samples, and its state after every append
@@ -70,7 +71,7 @@ def detect(
     starts = [0] + list(range(first, n, frame)) if first < n else [0]
     sums = np.add.reduceat(sq, starts)
     min_speech = rate * MIN_SPEECH_MS // 1000
-    silence_needed = rate * td.silence_duration_ms // 1000
+    silence_needed = rate * td.end_of_turn_silence_ms // 1000
     padding = rate * td.prefix_padding_ms // 1000
     level = 10 ** (threshold_dbfs(td.threshold) / 10)  # mean square of a frame at the threshold
     out: list[Transition] = []

@@ -6,7 +6,7 @@ import base64
 from typing import Iterable
 
 from duplex_es.events.base import Event
-from duplex_es.events.catalogue import AudioAppended, AudioSegment, ItemCreated, TickOutput
+from duplex_es.events.catalogue import AudioAppended, AudioSegment, ItemCreated, ResponseCreated, TickOutput
 
 __all__ = ["audio_bytes", "join_audio", "segments_audio"]
 
@@ -15,12 +15,15 @@ def audio_bytes(event: Event) -> bytes:
     """The audio an event carries (in its session's declared format), ``b""`` if none.
 
     ``input_audio_buffer.appended`` and ``tick.output`` carry one base64 payload;
-    ``conversation.item.created`` the ``input_audio`` parts of its content.
+    ``conversation.item.created`` the ``input_audio`` parts of its content;
+    ``response.created`` those of its inline ``input`` items, one after the other.
     """
     if isinstance(event, (AudioAppended, TickOutput)):
         return base64.b64decode(event.audio) if event.audio else b""
     if isinstance(event, ItemCreated):
         return b"".join(base64.b64decode(p.audio) for p in event.content if p.audio)
+    if isinstance(event, ResponseCreated) and event.input:
+        return b"".join(base64.b64decode(p.audio) for entry in event.input for p in entry.content if p.audio)
     return b""
 
 

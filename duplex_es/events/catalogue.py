@@ -15,7 +15,7 @@ Audio travels as base64 text of the session's declared format. Positions on the 
 sample counts (DESIGN I12); milliseconds are derived from them.
 """
 
-from typing import Optional
+from typing import Any, Optional
 
 import attrs
 
@@ -24,11 +24,14 @@ from duplex_es.events.base import Event, event
 __all__ = [
     "AudioFormat",
     "TurnDetection",
+    "SEMANTIC_VAD_SILENCE_MS",
+    "TokenUsage",
     "SessionConfig",
     "VadState",
     "AudioSegment",
     "Mark",
     "ContentPart",
+    "ResponseInput",
     "HistoryEntry",
     "SpeechInputs",
     "InputTranscript",
@@ -59,6 +62,11 @@ __all__ = [
     "OutputAudioCleared",
     "ResponseDone",
     "PlaybackAcked",
+    "CommandDeduplicated",
+    "TimeoutTriggered",
+    "TranscriptionRequested",
+    "TranscriptionCompleted",
+    "TranscriptionFailed",
     "ItemTruncated",
     "MODEL_FEEDING",
 ]
@@ -82,12 +90,24 @@ class AudioFormat:
     rate: int = 24000
 
 
+#: ``semantic_vad``: the pause (ms of input audio) that ends a turn at each ``eagerness``. duplex_es
+#: judges end of turn on the audio clock (an engine that can judge it from words will take over:
+#: docs/protocol.md, Turn detection); ``low`` waits longer for the user to go on, ``high``
+#: answers sooner, ``auto`` is ``medium`` (OpenAI's semantic VAD: max waits 8 s / 4 s / 2 s).
+SEMANTIC_VAD_SILENCE_MS: dict[str, int] = {"low": 1200, "medium": 800, "auto": 800, "high": 500}
+
+
 @attrs.frozen(kw_only=True)
 class TurnDetection:
-    """Server VAD settings, OpenAI's defaults (``reference/realtime-protocol.md`` §1.7).
+    """Turn detection settings, OpenAI's defaults (``reference/realtime-protocol.md`` §1.7).
 
-    Durations are in ms of the input audio clock; ``threshold`` is in [0, 1] (higher needs
-    louder audio).
+    ``type`` is ``server_vad`` (an energy detector with ``threshold``, ``prefix_padding_ms`` and
+    ``silence_duration_ms``) or ``semantic_vad`` (``eagerness`` sets how long a pause ends the
+    turn, :data:`SEMANTIC_VAD_SILENCE_MS`; the other detector settings keep their defaults and
+    are not echoed). Durations are in ms of the input audio clock; ``threshold`` is in [0, 1]
+    (higher needs louder audio). ``idle_timeout_ms`` (``server_vad`` only; ``None``: off) starts
+    a response once that much input audio passed without speech after the last response's
+    audio ended.
     """
 
     type: str = "server_vad"
@@ -96,16 +116,37 @@ class TurnDetection:
     silence_duration_ms: int = 500
     create_response: bool = True
     interrupt_response: bool = True
+    idle_timeout_ms: Optional[int] = None
+    eagerness: Optional[str] = None
+
+    @property
+    def end_of_turn_silence_ms(self) -> int:
+        """The silence (ms of input audio) that ends speech."""
+        if self.type == "semantic_vad":
+            return SEMANTIC_VAD_SILENCE_MS[self.eagerness or "auto"]
+        return self.silence_duration_ms
 
 
 @attrs.frozen(kw_only=True)
 class SessionConfig:
     """The full effective configuration of a speech session (what ``session.updated`` echoes).
 
+    ``model`` is the name the client asked for and ``engine`` the engine that serves it (the
+    server's model map; ``""`` in logs written before the map existed: the engine was the
+    model). ``session_type`` is ``realtime`` or ``transcription`` (no responses; committed audio
+    is only transcribed).
+
     ``transcript_on_truncate`` is ``"heard_prefix"`` (duplex_es: a truncated assistant item keeps
     the words heard before the cut) or ``"remove"`` (OpenAI: the transcript is deleted).
     ``acknowledge_appends`` (duplex extension, off by default as in OpenAI) makes every logged
     ``input_audio_buffer.append`` answer with an ``input_audio_buffer.appended`` server event.
+
+    The GA settings below are kept exactly as the client set them (JSON values) and echoed so:
+    ``transcription`` (``audio.input.transcription``: each committed user audio item is
+    transcribed by a worker), ``max_output_tokens``, ``speed`` and ``tools`` / ``tool_choice``
+    reach the engine in every tick; ``noise_reduction``, ``tracing``, ``truncation``,
+    ``include``, ``prompt``, ``reasoning`` and ``parallel_tool_calls`` are echoed and recorded as
+    not applied (``session.updated.not_applied``).
 
     Schema evolution: a field added here must have a default. Events stored before it existed
     lack the key and decode with the default (cattrs fills it in), so no version bump or
@@ -121,6 +162,21 @@ class SessionConfig:
     turn_detection: Optional[TurnDetection] = None
     transcript_on_truncate: str = "heard_prefix"
     acknowledge_appends: bool = False
+    engine: str = ""
+    session_type: str = "realtime"
+    transcription: Optional[Any] = None
+    noise_reduction: Optional[Any] = None
+    speed: float = 1.0
+    max_output_tokens: Any = "inf"
+    tools: tuple[Any, ...] = ()
+    tool_choice: Any = "auto"
+    tracing: Optional[Any] = None
+    truncation: Any = "auto"
+    include: Optional[tuple[str, ...]] = None
+    prompt: Optional[Any] = None
+    reasoning: Optional[Any] = None
+    parallel_tool_calls: Optional[bool] = None
+    temperature: Optional[float] = None
 
 
 @attrs.frozen(kw_only=True)
@@ -178,6 +234,17 @@ class ContentPart:
 
 
 @attrs.frozen(kw_only=True)
+class ResponseInput:
+    """One entry of a ``response.create`` ``input``: a reference to a conversation item
+    (``item_id``), or an inline ``message`` item (``role`` and ``content``; it joins no
+    conversation)."""
+
+    item_id: Optional[str] = None
+    role: Optional[str] = None
+    content: tuple[ContentPart, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
 class HistoryEntry:
     """One conversation item as the model sees it when a tick is issued: assistant entries hold
     only what the user heard."""
@@ -192,9 +259,14 @@ class HistoryEntry:
 class SpeechInputs:
     """What a speech engine needs to answer, folded from the log when a response starts.
 
-    ``user_audio`` are the segments of logged audio (``input_audio_buffer.appended`` or
-    ``conversation.item.created``) that form the user item being answered, in order; the worker
-    reads that audio from the log. ``history`` is the conversation before the reply.
+    ``user_audio`` are the segments of logged audio (``input_audio_buffer.appended``,
+    ``conversation.item.created`` or the ``response.created`` of a response given inline
+    ``input``) that form the user item being answered, in order; the worker reads that audio
+    from the log. ``history`` is the conversation before the reply (or the response's own
+    ``input``). ``engine`` is the engine the session's model maps to and ``model`` the name the
+    client asked for. The response's settings follow, as the client set them:
+    ``max_output_tokens`` (an int or ``"inf"``), ``speed`` (0.25–1.5), ``temperature``,
+    ``tools`` and ``tool_choice`` (JSON as sent).
     """
 
     reply_to_item_id: Optional[str] = None
@@ -206,6 +278,13 @@ class SpeechInputs:
     voice: str = "alloy"
     output_modalities: tuple[str, ...] = ("audio",)
     history: tuple[HistoryEntry, ...] = ()
+    engine: str = ""
+    model: str = ""
+    max_output_tokens: Any = "inf"
+    speed: float = 1.0
+    temperature: Optional[float] = None
+    tools: tuple[Any, ...] = ()
+    tool_choice: Any = "auto"
 
 
 @attrs.frozen(kw_only=True)
@@ -214,6 +293,30 @@ class InputTranscript:
 
     item_id: str
     transcript: str
+
+
+@attrs.frozen(kw_only=True)
+class TokenUsage:
+    """Tokens an engine reports for what it read and wrote (summed over a response's ticks).
+
+    An engine that counts no tokens reports none; ``response.done`` then shows zeros beside the
+    audio and text sizes the server always measures itself (docs/protocol.md, Usage).
+    """
+
+    input_text_tokens: int = 0
+    input_audio_tokens: int = 0
+    cached_tokens: int = 0
+    output_text_tokens: int = 0
+    output_audio_tokens: int = 0
+
+    def __add__(self, other: "TokenUsage") -> "TokenUsage":
+        return TokenUsage(
+            input_text_tokens=self.input_text_tokens + other.input_text_tokens,
+            input_audio_tokens=self.input_audio_tokens + other.input_audio_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            output_text_tokens=self.output_text_tokens + other.output_text_tokens,
+            output_audio_tokens=self.output_audio_tokens + other.output_audio_tokens,
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -239,11 +342,15 @@ class SessionUpdated(Event):
 
     ``model_relevant`` is true when a field the engine reads changed (instructions, voice, output
     modalities or formats); such an update must be applied by exactly one tick (DESIGN I5).
+    ``not_applied`` names the settings of this update that were accepted and echoed but that
+    nothing applies (``session.audio.input.noise_reduction``, ``session.tracing``, ...), so a
+    replay shows why a setting had no effect.
     """
 
     client_event_id: Optional[str] = None
     config: SessionConfig
     model_relevant: bool = False
+    not_applied: tuple[str, ...] = ()
 
 
 @event("session.closed")
@@ -304,6 +411,19 @@ class TurnSignaled(Event):
 
     client_event_id: Optional[str] = None
     signal: str
+
+
+@event("command.deduplicated")
+class CommandDeduplicated(Event):
+    """A client command that repeats an applied one: the same ``event_id`` and the same content
+    (a retry, e.g. after a resume). It is not applied again; ``first_seq``..``last_seq`` are the
+    events the first one wrote. Nothing is sent for it: the client got (or is re-sent) the first
+    one's server events."""
+
+    client_event_id: str
+    command_type: Optional[str] = None
+    first_seq: int
+    last_seq: int
 
 
 @event("command.rejected")
@@ -367,6 +487,18 @@ class SpeechStopped(Event):
     """Speech ended at ``audio_end_ms``: server VAD heard ``silence_duration_ms`` of silence (it
     is included), or a commit, clear or config change cut the speech short."""
 
+    audio_end_ms: int
+    item_id: str
+
+
+@event("input_audio_buffer.timeout_triggered")
+class TimeoutTriggered(Event):
+    """Server VAD's ``idle_timeout_ms`` ran out on the input clock: no speech from
+    ``audio_start_ms`` (where the last response's audio ended) to ``audio_end_ms``. The buffer up
+    to there is committed as user item ``item_id`` and a response follows (GA's
+    ``input_audio_buffer.timeout_triggered``)."""
+
+    audio_start_ms: int
     audio_end_ms: int
     item_id: str
 
@@ -470,7 +602,11 @@ class ItemTruncated(Event):
 class ResponseCreated(Event):
     """An accepted ``response.create``: a response and its first assistant item exist from here
     on. ``conversation`` is ``auto`` (the default conversation) or ``none`` (out of band: its
-    items never join the conversation)."""
+    items never join the conversation). ``metadata`` is the client's, echoed on
+    ``response.created`` and ``response.done``; ``input`` the response's own context when the
+    client gave one (inline items and references to conversation items, in order) instead of
+    the conversation; ``max_output_tokens`` as the client set it (or the session's);
+    ``not_applied`` the settings accepted and echoed that nothing applies."""
 
     client_event_id: Optional[str] = None
     response_id: str
@@ -482,6 +618,10 @@ class ResponseCreated(Event):
     output_format: AudioFormat = AudioFormat()
     conversation: str = "auto"
     answers_commit_seq: int = 0
+    metadata: Optional[Any] = None
+    max_output_tokens: Any = "inf"
+    input: Optional[tuple[ResponseInput, ...]] = None
+    not_applied: tuple[str, ...] = ()
 
 
 @event("tick.issued")
@@ -529,6 +669,8 @@ class TickOutput(Event):
     incomplete_reason: Optional[str] = None
     input_transcripts: tuple[InputTranscript, ...] = ()
     engine: str = ""
+    usage: Optional[TokenUsage] = None
+    not_applied: tuple[str, ...] = ()
 
 
 @event("tick.failed")
@@ -608,6 +750,54 @@ class PlaybackAcked(Event):
     played_ms: int
     committed_ms: int
     truncate: bool = False
+
+
+# --------------------------------------------------------------------------------------------
+# Input transcription (its own tick kind: DESIGN §6)
+# --------------------------------------------------------------------------------------------
+
+
+@event("transcription.requested")
+class TranscriptionRequested(Event):
+    """A committed user audio item is to be transcribed (``audio.input.transcription`` is set):
+    a tick of kind ``transcription`` that a worker claims like any other.
+
+    ``audio`` are the item's segments of logged audio in ``input_format``; ``settings`` the
+    session's ``transcription`` object as the client set it (``model``, ``language``,
+    ``prompt``, ...). Transcription is not fenced by epochs: a cancelled response does not
+    cancel the transcript of the turn it answered; only the session's end does."""
+
+    request_id: str
+    item_id: str
+    audio: tuple[AudioSegment, ...] = ()
+    input_format: AudioFormat = AudioFormat()
+    settings: Optional[Any] = None
+    kind: str = "transcription"
+
+
+@event("transcription.completed")
+class TranscriptionCompleted(Event):
+    """A worker's transcript of ``item_id``, answering ``request_id`` (it must echo both).
+    ``seconds`` is the audio transcribed; ``engine`` the transcriber that ran."""
+
+    session_id: str
+    request_id: str
+    item_id: str
+    transcript: str
+    seconds: float = 0.0
+    engine: str = ""
+
+
+@event("transcription.failed")
+class TranscriptionFailed(Event):
+    """Transcribing ``item_id`` failed (``code``, ``message``); the item stays without a
+    transcript."""
+
+    session_id: str
+    request_id: str
+    item_id: str
+    code: str
+    message: str
 
 
 #: Event types whose acceptance feeds the model: each must be applied by exactly one tick or

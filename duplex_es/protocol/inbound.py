@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import secrets
 from typing import Any, Callable, Mapping, Optional
@@ -50,7 +51,7 @@ from duplex_es.domain.commands import (
     VadIds,
 )
 from duplex_es.domain.errors import Code
-from duplex_es.events import AudioFormat, ContentPart
+from duplex_es.events import AudioFormat, ContentPart, ResponseInput
 
 __all__ = [
     "CommandError",
@@ -108,6 +109,15 @@ class CommandError(ValueError):
         )
 
 
+def _shown(value: Any) -> str:
+    """A refused value as an error message quotes it: its JSON, at most 64 characters."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return _printable(text, 61) + ("..." if len(text) > 61 else "")
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -116,28 +126,96 @@ def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
     return lambda v: v is None or check(v)
 
 
-#: GA fields duplex_es accepts and ignores (documented in docs/protocol.md), each with the JSON
-#: type it must have: ignoring a field is no reason to accept junk in it.
-_IGNORED_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "tools": (lambda v: isinstance(v, list) and all(isinstance(t, dict) for t in v), "a list of tool objects"),
-    "tool_choice": (lambda v: isinstance(v, (str, dict)), "a string or an object"),
-    "max_output_tokens": (lambda v: v == "inf" or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 4096), '"inf" or 1..4096'),
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+def _is_str_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _tool_problem(tool: Any) -> Optional[tuple[str, str]]:
+    """Why a ``tools`` entry is not a valid tool: ``(field, message)``, or ``None``. A function
+    tool needs a ``name`` of 1-64 letters, digits, ``_`` or ``-`` and, if given, a string
+    ``description`` and a JSON-Schema object ``parameters`` (GA ``RealtimeFunctionTool``)."""
+    if not isinstance(tool, dict):
+        return "", "each tool must be an object"
+    kind = tool.get("type", "function")
+    if kind == "mcp":
+        if not isinstance(tool.get("server_label"), str) or not tool["server_label"]:
+            return "server_label", "an mcp tool needs a string server_label"
+        return None
+    if kind != "function":
+        return "type", f"tool type {str(kind)[:32]!r} is not supported; use 'function' or 'mcp'"
+    for key in tool:
+        if key not in ("type", "name", "description", "parameters"):
+            return key, f"unknown tool field {key[:40]!r}"
+    name = tool.get("name")
+    if not isinstance(name, str) or not 0 < len(name) <= 64 or not set(name) <= _NAME_CHARS:
+        return "name", f"a function tool needs a name of 1-64 letters, digits, '_' or '-'; got {str(name)[:70]!r}"
+    if "description" in tool and not isinstance(tool["description"], str):
+        return "description", f"tool {name!r}: description must be a string"
+    params = tool.get("parameters")
+    if params is not None:
+        if not isinstance(params, dict):
+            return "parameters", f"tool {name!r}: parameters must be a JSON Schema object"
+        if "type" in params and params["type"] != "object":
+            return "parameters.type", f"tool {name!r}: parameters must describe an object (type 'object'), not {str(params['type'])[:32]!r}"
+        if "properties" in params and not isinstance(params["properties"], dict):
+            return "parameters.properties", f"tool {name!r}: parameters.properties must be an object"
+        if "required" in params and not _is_str_list(params["required"]):
+            return "parameters.required", f"tool {name!r}: parameters.required must be a list of property names"
+    return None
+
+
+def _tool_choice_ok(v: Any) -> bool:
+    if v in ("auto", "none", "required"):
+        return True
+    if isinstance(v, dict) and v.get("type") == "function":
+        return isinstance(v.get("name"), str) and set(v) <= {"type", "name"}
+    return isinstance(v, dict) and v.get("type") == "mcp" and isinstance(v.get("server_label"), str)
+
+
+#: GA settings duplex_es keeps exactly as the client set them and echoes (docs/protocol.md), each
+#: with the JSON type it must have: keeping a setting is no reason to accept junk in it.
+_SETTING_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "tools": (lambda v: isinstance(v, list), "a list of tool objects"),
+    "tool_choice": (_tool_choice_ok, '"auto", "none", "required" or {"type": "function", "name": ...}'),
+    "max_output_tokens": (lambda v: v == "inf" or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 4096), '"inf" or an integer in 1..4096'),
     "tracing": (_optional(lambda v: v == "auto" or isinstance(v, dict)), '"auto", an object or null'),
-    "truncation": (lambda v: isinstance(v, (str, dict)), "a string or an object"),
-    "include": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings"),
-    "prompt": (_optional(lambda v: isinstance(v, dict)), "an object or null"),
+    "truncation": (lambda v: v in ("auto", "disabled") or (isinstance(v, dict) and isinstance(v.get("type"), str)), '"auto", "disabled" or an object with a type'),
+    "include": (_optional(_is_str_list), "a list of strings"),
+    "prompt": (_optional(lambda v: isinstance(v, dict) and isinstance(v.get("id"), str)), "an object with a string id, or null"),
     "temperature": (lambda v: _is_number(v) and 0 <= v <= 2, "a number in [0, 2]"),
     "reasoning": (_optional(lambda v: isinstance(v, dict)), "an object or null"),
     "parallel_tool_calls": (lambda v: isinstance(v, bool), "a boolean"),
-    "metadata": (_optional(lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values())), "an object of strings or null"),
-    "transcription": (_optional(lambda v: isinstance(v, dict)), "an object or null"),
-    "noise_reduction": (_optional(lambda v: isinstance(v, dict)), "an object or null"),
+    "metadata": (
+        _optional(lambda v: isinstance(v, dict) and len(v) <= 16 and all(isinstance(x, str) and len(k) <= 64 and len(x) <= 512 for k, x in v.items())),
+        "null or an object of at most 16 string values (keys up to 64, values up to 512 characters)",
+    ),
+    "noise_reduction": (
+        _optional(lambda v: isinstance(v, dict) and v.get("type") in ("near_field", "far_field") and set(v) <= {"type", "strength"}
+                  and (_is_number(v.get("strength", 0.0)))),
+        'null or {"type": "near_field" | "far_field"}',
+    ),
     "speed": (lambda v: _is_number(v) and 0.25 <= v <= 1.5, "a number in [0.25, 1.5]"),
 }
-_IGNORED_SESSION_FIELDS = frozenset(
+#: ``audio.input.transcription``: the keys GA's ``AudioTranscription`` has, and their types.
+_TRANSCRIPTION_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "model": (lambda v: isinstance(v, str) and 0 < len(v) <= 128, "a model name of 1-128 characters"),
+    "language": (lambda v: isinstance(v, str) and len(v) <= 32, "a language code"),
+    "languages": (_is_str_list, "a list of language codes"),
+    "prompt": (lambda v: isinstance(v, str) and len(v) <= 16_384, "a string of at most 16384 characters"),
+    "delay": (lambda v: v in ("minimal", "low", "medium", "high", "xhigh"), '"minimal", "low", "medium", "high" or "xhigh"'),
+    "keywords": (_is_str_list, "a list of strings"),
+}
+_SESSION_SETTINGS = frozenset(
     {"tools", "tool_choice", "max_output_tokens", "tracing", "truncation", "include", "prompt", "temperature", "reasoning", "parallel_tool_calls"}
 )
-_IGNORED_RESPONSE_FIELDS = frozenset({"metadata", "tools", "tool_choice", "max_output_tokens", "prompt", "temperature"})
+_RESPONSE_SETTINGS = frozenset(
+    {"metadata", "tools", "tool_choice", "max_output_tokens", "prompt", "temperature", "reasoning", "parallel_tool_calls"}
+)
+#: Per-response settings accepted and echoed that nothing applies (recorded on the response).
+_RESPONSE_NOT_APPLIED = ("prompt", "reasoning", "parallel_tool_calls")
 _COMMON = {"type", "event_id", "expected_epoch"}
 
 
@@ -200,8 +278,9 @@ def parse_frame(raw: str | bytes, new_id: IdFactory, *, dialect: str = "ga") -> 
         return Invalid(code=Code.INVALID_JSON, message="frame nests JSON values too deeply to parse", excerpt=_printable(raw))
     except ValueError as exc:  # e.g. an integer literal of thousands of digits
         return Invalid(code=Code.INVALID_JSON, message=f"frame holds a value that cannot be parsed: {exc}", excerpt=_printable(raw))
+    digest = _digest(raw) if isinstance(msg, dict) and msg.get("event_id") is not None else None
     try:
-        return command_from_realtime(msg, new_id, dialect=dialect)
+        return command_from_realtime(msg, new_id, dialect=dialect, digest=digest)
     except CommandError as err:
         if err.code in (Code.INVALID_EVENT, Code.MISSING_TYPE) and err.param is None:
             err.excerpt = _printable(raw)
@@ -212,9 +291,19 @@ def _random_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(8)}"
 
 
-def command_from_realtime(payload: Any, new_id: Optional[IdFactory] = None, *, dialect: str = "ga") -> Command | ResumeRequest:
+def _digest(text: str) -> str:
+    """The content fingerprint of a client frame (or of a payload's canonical JSON): BLAKE2b,
+    128 bits, hex. A retry re-sends the same frame, so it has the same fingerprint."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def command_from_realtime(
+    payload: Any, new_id: Optional[IdFactory] = None, *, dialect: str = "ga", digest: Optional[str] = None
+) -> Command | ResumeRequest:
     """Translate one parsed client event into a command; ``new_id`` makes the ids it creates
-    (default: 64 random bits after the prefix, e.g. ``item_3f2a9c...``).
+    (default: 64 random bits after the prefix, e.g. ``item_3f2a9c...``). ``digest`` fingerprints
+    the command's content (default: of the payload's canonical JSON, when it has an
+    ``event_id``); a repeat of an applied command's ``event_id`` and fingerprint is a retry.
 
     Raises:
         CommandError: the event is not a well-formed client event; carries the error code, the
@@ -232,9 +321,12 @@ def command_from_realtime(payload: Any, new_id: Optional[IdFactory] = None, *, d
     type_ = payload.get("type")
     if not isinstance(type_, str) or not type_:
         raise CommandError(Code.MISSING_TYPE, "the event has no string 'type'", "type", event_id=event_id)
+    if event_id is not None and digest is None:
+        digest = _digest(json.dumps(payload, sort_keys=True, ensure_ascii=False))
+    type_ = _ALIASES.get(type_, type_)
     if type_ == "turn.signal":
         payload = _unwrap_turn_signal(payload, event_id)
-        type_ = payload["type"]
+        type_ = _ALIASES.get(payload["type"], payload["type"])
     if dialect == "beta":
         from duplex_es.protocol.beta import client_event_to_ga
 
@@ -244,7 +336,8 @@ def command_from_realtime(payload: Any, new_id: Optional[IdFactory] = None, *, d
         raise CommandError(
             Code.UNKNOWN_TYPE, f"unknown event type {type_[:128]!r}", "type", event_id=event_id, command_type=_printable(type_, 128)
         )
-    p = _P(payload, event_id, new_id or _random_id)
+    p = _P(payload, event_id, new_id or _random_id, digest)
+    p.alias = payload.get("type") if payload.get("type") != type_ else None
     try:
         p.expected_epoch = p.int("expected_epoch")
         return parser(p)
@@ -287,9 +380,11 @@ class _Bad(Exception):
 class _P:
     """One event being parsed: typed field access that raises ``_Bad`` naming the field."""
 
-    def __init__(self, msg: dict, event_id: Optional[str], new_id: IdFactory) -> None:
+    def __init__(self, msg: dict, event_id: Optional[str], new_id: IdFactory, digest: Optional[str] = None) -> None:
         self.msg, self.event_id, self.new_id = msg, event_id, new_id
         self.expected_epoch: Optional[int] = None
+        self.digest = digest
+        self.alias: Optional[str] = None  # the vLLM-Omni name the client used, if it used one
 
     def keys(self, allowed: set[str] | frozenset[str], obj: Optional[dict] = None, path: str = "") -> None:
         for key in obj if obj is not None else self.msg:
@@ -336,15 +431,30 @@ class _P:
             raise _Bad(Code.INVALID_EVENT, f"{name} must be an object", name)
         return v
 
-    def ignored(self, obj: dict, names: frozenset[str] | set[str], path: str) -> None:
+    def settings(self, obj: dict, names: frozenset[str] | set[str], path: str) -> dict[str, Any]:
+        """The settings of ``names`` present in ``obj``, each checked (``tools`` entry by entry),
+        as the client sent them."""
+        out: dict[str, Any] = {}
         for name in names:
             if name in obj:
-                ok, want = _IGNORED_FIELDS[name]
-                if not ok(obj[name]):
-                    raise _Bad(Code.INVALID_EVENT, f"{path}.{name} must be {want}", f"{path}.{name}")
+                value = obj[name]
+                ok, want = _SETTING_CHECKS[name]
+                if not ok(value):
+                    raise _Bad(Code.INVALID_EVENT, f"{path}.{name} must be {want}; got {_shown(value)}", f"{path}.{name}")
+                if name == "tools":
+                    for i, tool in enumerate(value):
+                        problem = _tool_problem(tool)
+                        if problem is not None:
+                            where = f"{path}.tools[{i}]" + (f".{problem[0]}" if problem[0] else "")
+                            raise _Bad(Code.INVALID_TOOL, problem[1], _printable(where, 120))
+                    value = tuple(value)
+                elif name == "include" and value is not None:
+                    value = tuple(value)
+                out[name] = value
+        return out
 
     def common(self) -> dict[str, Any]:
-        return {"event_id": self.event_id, "expected_epoch": self.expected_epoch}
+        return {"event_id": self.event_id, "expected_epoch": self.expected_epoch, "digest": self.digest}
 
 
 def _format(p: _P, obj: dict, path: str) -> AudioFormat:
@@ -408,12 +518,13 @@ def _session_update(p: _P) -> Command:
     s = p.obj("session")
     if s is None:
         raise _Bad(Code.INVALID_EVENT, "missing required parameter 'session'", "session")
-    p.keys({"type", "model", "instructions", "output_modalities", "audio", "duplex"} | _IGNORED_SESSION_FIELDS, s, "session")
-    p.ignored(s, _IGNORED_SESSION_FIELDS, "session")
-    stype = s.get("type", "realtime")
-    if stype != "realtime":
-        raise _Bad(Code.INVALID_EVENT, f"session.type {str(stype)[:32]!r} is not supported; use 'realtime'", "session.type")
-    fields: dict[str, Any] = {}
+    p.keys({"type", "model", "instructions", "output_modalities", "audio", "duplex"} | _SESSION_SETTINGS, s, "session")
+    fields: dict[str, Any] = p.settings(s, _SESSION_SETTINGS, "session")
+    if "type" in s:
+        stype = s["type"]
+        if stype not in ("realtime", "transcription"):
+            raise _Bad(Code.INVALID_EVENT, f"session.type {_shown(stype)} is not supported; use 'realtime' or 'transcription'", "session.type")
+        fields["session_type"] = stype
     if "model" in s:
         fields["model"] = p.str("model", s, "session", required=True)
     if "instructions" in s:
@@ -426,7 +537,9 @@ def _session_update(p: _P) -> Command:
         inp = p.obj("input", audio, "session.audio")
         if inp is not None:
             p.keys({"format", "turn_detection", "transcription", "noise_reduction"}, inp, "session.audio.input")
-            p.ignored(inp, {"transcription", "noise_reduction"}, "session.audio.input")
+            fields.update(p.settings(inp, {"noise_reduction"}, "session.audio.input"))
+            if "transcription" in inp:
+                fields["transcription"] = _transcription(p, inp["transcription"])
             fmt = p.obj("format", inp, "session.audio.input")
             if fmt is not None:
                 fields["input_format"] = _format(p, fmt, "session.audio.input.format")
@@ -438,7 +551,7 @@ def _session_update(p: _P) -> Command:
         out = p.obj("output", audio, "session.audio")
         if out is not None:
             p.keys({"format", "voice", "speed"}, out, "session.audio.output")
-            p.ignored(out, {"speed"}, "session.audio.output")
+            fields.update(p.settings(out, {"speed"}, "session.audio.output"))
             fmt = p.obj("format", out, "session.audio.output")
             if fmt is not None:
                 fields["output_format"] = _format(p, fmt, "session.audio.output.format")
@@ -456,12 +569,33 @@ def _session_update(p: _P) -> Command:
     return UpdateSession(**p.common(), patch=SessionPatch(**fields))
 
 
+def _transcription(p: _P, value: Any) -> Optional[dict]:
+    """``audio.input.transcription``: ``null`` (off) or GA's ``AudioTranscription`` object, kept
+    as the client sent it."""
+    path = "session.audio.input.transcription"
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _Bad(Code.INVALID_EVENT, f"{path} must be an object or null; got {_shown(value)}", path)
+    for key, v in value.items():
+        check = _TRANSCRIPTION_KEYS.get(key)
+        if check is None:
+            where = _printable(f"{path}.{key}", 120)
+            raise _Bad(Code.INVALID_EVENT, f"unknown parameter {where!r} (known: {', '.join(sorted(_TRANSCRIPTION_KEYS))})", where)
+        if not check[0](v):
+            raise _Bad(Code.INVALID_EVENT, f"{path}.{key} must be {check[1]}; got {_shown(v)}", f"{path}.{key}")
+    return value
+
+
 def _append(p: _P) -> Command:
-    p.keys({"audio"})
+    p.keys({"audio", "is_speech"})
     audio = p.str("audio", required=True)
     raw = _strict_b64(audio, "audio")  # type: ignore[arg-type]
+    is_speech = p.msg.get("is_speech")
+    if is_speech is not None and not isinstance(is_speech, bool):
+        raise _Bad(Code.INVALID_EVENT, f"is_speech must be a boolean or null; got {_shown(is_speech)}", "is_speech")
     ids = VadIds(item_id=p.new_id("item"), response_id=p.new_id("resp"), response_item_id=p.new_id("item"), request_id=p.new_id("req"))
-    return AppendAudio(**p.common(), audio=audio, nbytes=len(raw), vad_ids=ids)  # type: ignore[arg-type]
+    return AppendAudio(**p.common(), audio=audio, nbytes=len(raw), vad_ids=ids, is_speech=is_speech)  # type: ignore[arg-type]
 
 
 def _text_append(p: _P) -> Command:
@@ -470,8 +604,15 @@ def _text_append(p: _P) -> Command:
 
 
 def _commit(p: _P) -> Command:
-    p.keys(set())
-    return Commit(**p.common(), item_id=p.new_id("item"))
+    """``input_audio_buffer.commit``, or vLLM-Omni's ``input.commit``, whose ``create_response``
+    defaults to true (``reference/duplex-semantics.md`` §2.1)."""
+    p.keys({"final", "create_response", "is_speech"})
+    create = p.msg.get("create_response", p.alias == "input.commit")
+    for key, value in (("create_response", create), ("final", p.msg.get("final")), ("is_speech", p.msg.get("is_speech"))):
+        if value is not None and not isinstance(value, bool):
+            raise _Bad(Code.INVALID_EVENT, f"{key} must be a boolean or null; got {_shown(value)}", key)
+    ids = (p.new_id("resp"), p.new_id("item"), p.new_id("req")) if create else None
+    return Commit(**p.common(), item_id=p.new_id("item"), create_response=bool(create), response_ids=ids, final=p.msg.get("final"))
 
 
 def _clear(p: _P) -> Command:
@@ -487,24 +628,27 @@ def _input_cancel(p: _P) -> Command:
 def _response_create(p: _P) -> Command:
     p.keys({"response"})
     r = p.obj("response") or {}
-    p.keys({"output_modalities", "instructions", "audio", "conversation", "input"} | _IGNORED_RESPONSE_FIELDS, r, "response")
-    p.ignored(r, _IGNORED_RESPONSE_FIELDS, "response")
+    p.keys({"output_modalities", "instructions", "audio", "conversation", "input"} | _RESPONSE_SETTINGS, r, "response")
+    opts: dict[str, Any] = p.settings(r, _RESPONSE_SETTINGS, "response")
+    opts["not_applied"] = tuple(f"response.{k}" for k in _RESPONSE_NOT_APPLIED if k in opts)
+    for k in _RESPONSE_NOT_APPLIED:
+        opts.pop(k, None)
     if "input" in r:
-        raise _Bad(Code.UNSUPPORTED_RESPONSE_OPTION, "response.input is not supported yet; the default conversation is used", "response.input")
-    opts: dict[str, Any] = {}
+        opts["input"] = _response_input(p, r["input"])
     if r.get("output_modalities") is not None:
         opts["output_modalities"] = _modalities(r["output_modalities"], "response.output_modalities")
     if "instructions" in r:
         opts["instructions"] = p.str("instructions", r, "response")
     conv = r.get("conversation", "auto")
     if not isinstance(conv, str):
-        raise _Bad(Code.INVALID_EVENT, "response.conversation must be 'auto' or 'none'", "response.conversation")
+        raise _Bad(Code.INVALID_EVENT, f"response.conversation must be 'auto' or 'none'; got {_shown(conv)}", "response.conversation")
     opts["conversation"] = conv
     audio = p.obj("audio", r, "response")
     if audio is not None:
         p.keys({"output"}, audio, "response.audio")
         out = p.obj("output", audio, "response.audio") or {}
-        p.keys({"format", "voice"}, out, "response.audio.output")
+        p.keys({"format", "voice", "speed"}, out, "response.audio.output")
+        opts.update(p.settings(out, {"speed"}, "response.audio.output"))
         fmt = p.obj("format", out, "response.audio.output")
         if fmt is not None:
             opts["output_format"] = _format(p, fmt, "response.audio.output.format")
@@ -513,6 +657,35 @@ def _response_create(p: _P) -> Command:
     return CreateResponse(
         **p.common(), response_id=p.new_id("resp"), item_id=p.new_id("item"), request_id=p.new_id("req"), options=ResponseOptions(**opts)
     )
+
+
+#: Most entries a ``response.create`` ``input`` may hold.
+MAX_RESPONSE_INPUT_ITEMS = 256
+
+
+def _response_input(p: _P, value: Any) -> tuple[ResponseInput, ...]:
+    """``response.input``: the response's own context (GA): references to conversation items
+    (``{"type": "item_reference", "id": ...}``) and inline ``message`` items, in order; ``[]``
+    is an empty context."""
+    if not isinstance(value, list):
+        raise _Bad(Code.INVALID_EVENT, f"response.input must be a list of items; got {_shown(value)}", "response.input")
+    if len(value) > MAX_RESPONSE_INPUT_ITEMS:
+        raise _Bad(Code.INVALID_EVENT, f"response.input holds {len(value)} items; at most {MAX_RESPONSE_INPUT_ITEMS}", "response.input")
+    out = []
+    audio_bytes = 0
+    for i, entry in enumerate(value):
+        path = f"response.input[{i}]"
+        if not isinstance(entry, dict):
+            raise _Bad(Code.INVALID_EVENT, f"{path} must be an item object", path)
+        if entry.get("type") == "item_reference":
+            p.keys({"type", "id"}, entry, path)
+            ref = p.str("id", entry, path, required=True)
+            out.append(ResponseInput(item_id=ref))
+            continue
+        role, parts, nbytes, _ = _message(p, entry, path)
+        audio_bytes += nbytes
+        out.append(ResponseInput(role=role, content=parts))
+    return tuple(out)
 
 
 def _response_cancel(p: _P) -> Command:
@@ -530,38 +703,44 @@ def _output_clear(p: _P) -> Command:
     return ClearOutputAudio(**p.common(), response_id=p.str("response_id"))
 
 
+def _message(p: _P, item: dict, path: str) -> tuple[str, tuple[ContentPart, ...], int, Optional[str]]:
+    """A ``message`` item's role, content parts, decoded audio bytes and ``id`` (if given)."""
+    p.keys({"id", "type", "role", "content", "object", "status"}, item, path)
+    kind = item.get("type", "message")
+    if kind != "message":
+        raise _Bad(
+            Code.INVALID_ITEM, f"item type {str(kind)[:32]!r} is not supported; only 'message' (and 'item_reference' in response.input)", f"{path}.type"
+        )
+    role = p.str("role", item, path, required=True)
+    content = item.get("content")
+    if not isinstance(content, list) or not all(isinstance(c, dict) for c in content):
+        raise _Bad(Code.INVALID_EVENT, f"{path}.content must be a list of content objects", f"{path}.content")
+    parts: list[ContentPart] = []
+    audio_bytes = 0
+    for i, c in enumerate(content):
+        cpath = f"{path}.content[{i}]"
+        p.keys({"type", "text", "audio", "transcript"}, c, cpath)
+        ptype = p.str("type", c, cpath, required=True)
+        text = p.str("text", c, cpath) or ""
+        audio = p.str("audio", c, cpath) or ""
+        if audio:
+            audio_bytes += len(_strict_b64(audio, f"{cpath}.audio"))
+        parts.append(ContentPart(type=ptype, text=text, audio=audio))  # type: ignore[arg-type]
+    item_id = p.str("id", item, path)
+    if item_id is not None and not 0 < len(item_id) <= 128:
+        raise _Bad(Code.INVALID_EVENT, f"{path}.id must be 1-128 characters", f"{path}.id")
+    return role, tuple(parts), audio_bytes, item_id  # type: ignore[return-value]
+
+
 def _item_create(p: _P) -> Command:
     p.keys({"item", "previous_item_id"})
     item = p.obj("item")
     if item is None:
         raise _Bad(Code.INVALID_EVENT, "missing required parameter 'item'", "item")
-    p.keys({"id", "type", "role", "content", "object", "status"}, item, "item")
-    kind = item.get("type", "message")
-    if kind != "message":
-        raise _Bad(Code.INVALID_ITEM, f"item type {str(kind)[:32]!r} is not supported; only 'message'", "item.type")
-    role = p.str("role", item, "item", required=True)
-    content = item.get("content")
-    if not isinstance(content, list) or not all(isinstance(c, dict) for c in content):
-        raise _Bad(Code.INVALID_EVENT, "item.content must be a list of content objects", "item.content")
-    parts: list[ContentPart] = []
-    audio_bytes = 0
-    for i, c in enumerate(content):
-        path = f"item.content[{i}]"
-        p.keys({"type", "text", "audio", "transcript"}, c, path)
-        ptype = p.str("type", c, path, required=True)
-        text = p.str("text", c, path) or ""
-        audio = p.str("audio", c, path) or ""
-        if audio:
-            audio_bytes += len(_strict_b64(audio, f"{path}.audio"))
-        parts.append(ContentPart(type=ptype, text=text, audio=audio))  # type: ignore[arg-type]
-    item_id = p.str("id", item, "item")
-    if item_id is None:
-        item_id = p.new_id("item")
-    elif not 0 < len(item_id) <= 128:
-        raise _Bad(Code.INVALID_EVENT, "item.id must be 1-128 characters", "item.id")
+    role, parts, audio_bytes, item_id = _message(p, item, "item")
     previous = p.str("previous_item_id")
     return CreateItem(
-        **p.common(), item_id=item_id, role=role, content=tuple(parts), previous_item_id=previous, audio_nbytes=audio_bytes  # type: ignore[arg-type]
+        **p.common(), item_id=item_id or p.new_id("item"), role=role, content=parts, previous_item_id=previous, audio_nbytes=audio_bytes
     )
 
 
@@ -587,12 +766,17 @@ def _truncate(p: _P) -> Command:
 
 
 def _playback_ack(p: _P) -> Command:
-    p.keys({"response_id", "item_id", "played_ms", "committed_ms", "truncate"})
+    """``playback.ack`` (or vLLM-Omni's ``audio.playback_ack``); ``audio_ms`` is vLLM-Omni's name
+    for ``played_ms``."""
+    p.keys({"response_id", "item_id", "played_ms", "committed_ms", "truncate", "audio_ms"})
+    if "played_ms" in p.msg and "audio_ms" in p.msg:
+        raise _Bad(Code.INVALID_EVENT, "give played_ms or its alias audio_ms, not both", "audio_ms")
+    played = "played_ms" if "played_ms" in p.msg or "audio_ms" not in p.msg else "audio_ms"
     return AckPlayback(
         **p.common(),
         response_id=p.str("response_id"),
         item_id=p.str("item_id"),
-        played_ms=p.int("played_ms", required=True),  # type: ignore[arg-type]
+        played_ms=p.int(played, required=True),  # type: ignore[arg-type]
         committed_ms=p.int("committed_ms"),
         truncate=p.bool("truncate"),
     )
@@ -698,11 +882,23 @@ _PARSERS: dict[str, Callable[[_P], Command]] = {
     "session.resume": _resume,  # type: ignore[dict-item]
 }
 
+#: vLLM-Omni's other names for client events (``reference/duplex-semantics.md`` §2.1): same
+#: meaning, same validation. ``input.commit`` also starts a response unless told not to.
+_ALIASES = {
+    "input.commit": "input_audio_buffer.commit",
+    "input_text.append": "input.text.append",
+    "push_text": "input.text.append",
+    "signal_turn": "turn.signal",
+    "audio.playback_ack": "playback.ack",
+    "close": "session.close",
+    "close_session": "session.close",
+}
+
 #: ``turn.signal`` events that carry a command (vLLM-Omni remaps them the same way).
 _SIGNAL_COMMANDS = frozenset(
     {"input.cancel", "barge_in", "response.cancel", "session.update", "conversation.item.create", "conversation.item.delete", "conversation.item.truncate"}
 )
 
-#: Every client event type this server understands.
-CLIENT_EVENT_TYPES: frozenset[str] = frozenset(_PARSERS)
+#: Every client event type this server understands (vLLM-Omni's aliases included).
+CLIENT_EVENT_TYPES: frozenset[str] = frozenset(_PARSERS) | frozenset(_ALIASES)
 

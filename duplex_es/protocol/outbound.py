@@ -23,6 +23,7 @@ import attrs
 from duplex_es.domain.audio import ms_of
 from duplex_es.domain.errors import Code
 from duplex_es.domain.responses import classify_output
+from duplex_es.domain.transcription import transcription_verdict
 from duplex_es.domain.state import Item, Response, SessionState
 from duplex_es.events import (
     AudioAppended,
@@ -49,7 +50,13 @@ from duplex_es.events import (
     SpeechStarted,
     SpeechStopped,
     TickOutput,
+    TimeoutTriggered,
+    TokenUsage,
+    TranscriptionCompleted,
+    TranscriptionFailed,
+    TurnDetection,
     TurnSignaled,
+    CommandDeduplicated,
 )
 
 __all__ = [
@@ -61,6 +68,8 @@ __all__ = [
     "split_server_event_seq",
     "session_json",
     "item_json",
+    "usage_json",
+    "turn_detection_json",
     "EXTENSION_EVENT_TYPES",
     "MAX_AUDIO_DELTA_BYTES",
     "MAX_RETRIEVED_AUDIO_BYTES",
@@ -78,6 +87,7 @@ EXTENSION_EVENT_TYPES = frozenset(
         "session.resync_required",
         "session.heartbeat_ack",
         "turn.event",
+        "command.deduplicated",
     }
 )
 
@@ -154,10 +164,49 @@ def _format_json(fmt: AudioFormat) -> dict[str, Any]:
     return {"type": fmt.type, "rate": fmt.rate} if fmt.type == "audio/pcm" else {"type": fmt.type}
 
 
-def session_json(session_id: str, cfg: SessionConfig) -> dict[str, Any]:
-    """The GA ``session`` object for a configuration: always the full effective config."""
-    td = cfg.turn_detection
+def turn_detection_json(td: Optional[TurnDetection]) -> Optional[dict[str, Any]]:
+    """GA ``turn_detection``: ``server_vad`` with its detector settings, or ``semantic_vad`` with
+    ``eagerness``; ``None`` when off."""
+    if td is None:
+        return None
+    if td.type == "semantic_vad":
+        return {
+            "type": "semantic_vad",
+            "eagerness": td.eagerness or "auto",
+            "create_response": td.create_response,
+            "interrupt_response": td.interrupt_response,
+        }
     return {
+        "type": td.type,
+        "threshold": td.threshold,
+        "prefix_padding_ms": td.prefix_padding_ms,
+        "silence_duration_ms": td.silence_duration_ms,
+        "create_response": td.create_response,
+        "interrupt_response": td.interrupt_response,
+        "idle_timeout_ms": td.idle_timeout_ms,
+    }
+
+
+def session_json(session_id: str, cfg: SessionConfig) -> dict[str, Any]:
+    """The GA ``session`` object for a configuration: always the full effective config, every
+    setting as the client set it (those nothing applies included: docs/protocol.md)."""
+    audio_input = {
+        "format": _format_json(cfg.input_format),
+        "transcription": cfg.transcription,
+        "noise_reduction": cfg.noise_reduction,
+        "turn_detection": turn_detection_json(cfg.turn_detection),
+    }
+    duplex = {"transcript_on_truncate": cfg.transcript_on_truncate, "acknowledge_appends": cfg.acknowledge_appends}
+    if cfg.session_type == "transcription":
+        return {
+            "type": "transcription",
+            "object": "realtime.transcription_session",
+            "id": session_id,
+            "audio": {"input": audio_input},
+            "include": list(cfg.include) if cfg.include is not None else None,
+            "duplex": duplex,
+        }
+    out: dict[str, Any] = {
         "type": "realtime",
         "object": "realtime.session",
         "id": session_id,
@@ -165,28 +214,24 @@ def session_json(session_id: str, cfg: SessionConfig) -> dict[str, Any]:
         "instructions": cfg.instructions,
         "output_modalities": list(cfg.output_modalities),
         "audio": {
-            "input": {
-                "format": _format_json(cfg.input_format),
-                "transcription": None,
-                "noise_reduction": None,
-                "turn_detection": None
-                if td is None
-                else {
-                    "type": td.type,
-                    "threshold": td.threshold,
-                    "prefix_padding_ms": td.prefix_padding_ms,
-                    "silence_duration_ms": td.silence_duration_ms,
-                    "create_response": td.create_response,
-                    "interrupt_response": td.interrupt_response,
-                },
-            },
-            "output": {"format": _format_json(cfg.output_format), "voice": cfg.voice, "speed": 1.0},
+            "input": audio_input,
+            "output": {"format": _format_json(cfg.output_format), "voice": cfg.voice, "speed": cfg.speed},
         },
-        "tools": [],
-        "tool_choice": "auto",
-        "max_output_tokens": "inf",
-        "duplex": {"transcript_on_truncate": cfg.transcript_on_truncate, "acknowledge_appends": cfg.acknowledge_appends},
+        "tools": list(cfg.tools),
+        "tool_choice": cfg.tool_choice,
+        "max_output_tokens": cfg.max_output_tokens,
+        "tracing": cfg.tracing,
+        "truncation": cfg.truncation,
+        "prompt": cfg.prompt,
+        "include": list(cfg.include) if cfg.include is not None else None,
     }
+    # Set only by a client (not GA session fields): echoed once set, never made up.
+    for name in ("reasoning", "parallel_tool_calls", "temperature"):
+        value = getattr(cfg, name)
+        if value is not None:
+            out[name] = value
+    out["duplex"] = duplex
+    return out
 
 
 def item_json(item: Item, audio: Optional[bytes] = None, *, opening: bool = False) -> dict[str, Any]:
@@ -214,6 +259,37 @@ def item_json(item: Item, audio: Optional[bytes] = None, *, opening: bool = Fals
     return {"id": item.id, "object": "realtime.item", "type": "message", "role": item.role, "status": item.status, "content": content}
 
 
+def usage_json(state: SessionState, resp: Response) -> dict[str, Any]:
+    """GA ``usage`` of a response, never ``null``: the tokens its engine reported (zeros from an
+    engine that counts none), and under ``duplex`` the sizes the server measured itself —
+    input audio ms and text characters the response read, output audio ms and text
+    characters it produced."""
+    u = resp.usage
+    items = [state.items[i] for i in resp.item_ids if i in state.items]
+    inputs = u.input_text_tokens + u.input_audio_tokens
+    outputs = u.output_text_tokens + u.output_audio_tokens
+    return {
+        "total_tokens": inputs + outputs,
+        "input_tokens": inputs,
+        "output_tokens": outputs,
+        "input_token_details": {
+            "text_tokens": u.input_text_tokens,
+            "audio_tokens": u.input_audio_tokens,
+            "image_tokens": 0,
+            "cached_tokens": u.cached_tokens,
+            "cached_tokens_details": {"text_tokens": 0, "audio_tokens": 0, "image_tokens": 0},
+        },
+        "output_token_details": {"text_tokens": u.output_text_tokens, "audio_tokens": u.output_audio_tokens},
+        "duplex": {
+            "tokens_reported": u != TokenUsage(),
+            "input_audio_ms": resp.input_audio_ms,
+            "input_text_chars": resp.input_text_chars,
+            "output_audio_ms": resp.generated_ms,
+            "output_text_chars": sum(len(i.full_text) for i in items),
+        },
+    }
+
+
 def _response_json(state: SessionState, resp: Response, *, error: dict | None = None) -> dict[str, Any]:
     done = resp.status != "in_progress"
     details = None
@@ -231,9 +307,9 @@ def _response_json(state: SessionState, resp: Response, *, error: dict | None = 
         "conversation_id": "conv_" + state.session_id if resp.conversation == "auto" else None,
         "output_modalities": list(resp.output_modalities),
         "audio": {"output": {"format": _format_json(resp.output_format), "voice": resp.voice}},
-        "max_output_tokens": "inf",
-        "metadata": None,
-        "usage": None,
+        "max_output_tokens": resp.max_output_tokens,
+        "metadata": resp.metadata,
+        "usage": usage_json(state, resp) if done else None,
     }
 
 
@@ -335,6 +411,51 @@ def _(ev: CommandRejected, ctx: _Ctx) -> list[dict[str, Any]]:
 
 
 @_project.register
+def _(ev: CommandDeduplicated, ctx: _Ctx) -> list[dict[str, Any]]:
+    """A retried command (same ``event_id``, same content) was not applied again (extension):
+    the first one's server events start at ``first_server_event_seq``."""
+    return [
+        {
+            "type": "command.deduplicated",
+            "client_event_id": ev.client_event_id,
+            "command_type": ev.command_type,
+            "first_server_event_seq": server_event_seq(ev.first_seq, 0),
+        }
+    ]
+
+
+@_project.register
+def _(ev: TimeoutTriggered, ctx: _Ctx) -> list[dict[str, Any]]:
+    return [
+        {"type": "input_audio_buffer.timeout_triggered", "audio_start_ms": ev.audio_start_ms, "audio_end_ms": ev.audio_end_ms, "item_id": ev.item_id}
+    ]
+
+
+@_project.register
+def _(ev: TranscriptionCompleted, ctx: _Ctx) -> list[dict[str, Any]]:
+    if transcription_verdict(ctx.before, ev) != "accepted" or ev.item_id not in ctx.after.items:
+        return []  # answered twice, cancelled, or its item was deleted meanwhile
+    ids = {"item_id": ev.item_id, "content_index": 0}
+    return [
+        {"type": "conversation.item.input_audio_transcription.delta", **ids, "delta": ev.transcript},
+        {
+            "type": "conversation.item.input_audio_transcription.completed",
+            **ids,
+            "transcript": ev.transcript,
+            "usage": {"type": "duration", "seconds": ev.seconds},
+        },
+    ]
+
+
+@_project.register
+def _(ev: TranscriptionFailed, ctx: _Ctx) -> list[dict[str, Any]]:
+    if transcription_verdict(ctx.before, ev) != "accepted" or ev.item_id not in ctx.after.items:
+        return []
+    error = {"type": "server_error", "code": ev.code, "message": f"transcription of item {ev.item_id} failed: {ev.message}", "param": None}
+    return [{"type": "conversation.item.input_audio_transcription.failed", "item_id": ev.item_id, "content_index": 0, "error": error}]
+
+
+@_project.register
 def _(ev: AudioAppended, ctx: _Ctx) -> list[dict[str, Any]]:
     """With ``acknowledge_appends`` on, each logged append is acknowledged (duplex extension):
     the client's ``event_id`` and where its audio lies on the input clock, in ms since the
@@ -398,9 +519,11 @@ def _(ev: ItemRetrieved, ctx: _Ctx) -> list[dict[str, Any]]:
     item = ctx.after.items[ev.item_id]
     audio = None
     if ctx.audio_of is not None and item.audio:
-        raw = ctx.audio_of(item.audio)
-        per_ms = (2 if item.audio_format.type == "audio/pcm" else 1) * item.audio_format.rate // 1000
-        audio = raw[: item.audio_ms * per_ms]
+        # Byte for byte what was streamed (or appended), cut only by a truncation.
+        audio = ctx.audio_of(item.audio)
+        if item.truncated_ms is not None:
+            width = 2 if item.audio_format.type == "audio/pcm" else 1
+            audio = audio[: item.truncated_ms * item.audio_format.rate // 1000 * width]
     return [{"type": "conversation.item.retrieved", "item": item_json(item, audio)}]
 
 
@@ -427,9 +550,9 @@ def _(ev: TickOutput, ctx: _Ctx) -> list[dict[str, Any]]:
         return []
     out: list[dict[str, Any]] = []
     for t in ev.input_transcripts:
-        user = after.items.get(t.item_id)
-        if user is None:
-            continue  # the item was deleted while its answer was generated
+        user, earlier = after.items.get(t.item_id), ctx.before.items.get(t.item_id)
+        if user is None or earlier is None or earlier.transcription is not None:
+            continue  # deleted meanwhile, already reported, or the session's transcription answers for it
         seconds = user.input_samples / user.audio_format.rate
         out.append(
             {

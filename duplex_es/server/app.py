@@ -31,7 +31,8 @@ from duplex_es.protocol import CommandError, ResumeRequest, encode_wire, parse_f
 from duplex_es.protocol.world import parse_world_frame
 from duplex_es.server.host import SessionHost, new_id, now_ms
 from duplex_es.snapshots import load_state
-from duplex_es.server.sessions import DEFAULT_MODEL, DuplexSessions, ResumeRefused
+from duplex_es.server.models import ModelMap
+from duplex_es.server.sessions import DEFAULT_MODEL, DuplexSessions, ModelNotServed, ResumeRefused
 from duplex_es.store import Database
 
 __all__ = ["create_app", "DEFAULT_MODEL"]
@@ -51,6 +52,7 @@ def create_app(
     server_id: str | None = None,
     owner_ttl_ms: int = 10_000,
     group_commit_window_ms: float = 0.0,
+    models: ModelMap | None = None,
 ) -> Starlette:
     """Build the server for one database.
 
@@ -63,6 +65,7 @@ def create_app(
         server_id, owner_ttl_ms, group_commit_window_ms: session ownership among servers
             sharing the database, and group commit (see
             :class:`~duplex_es.server.sessions.DuplexSessions`).
+        models: the model names served and their engines (default: any name, one engine).
     """
     sessions = DuplexSessions(
         db,
@@ -74,6 +77,7 @@ def create_app(
         server_id=server_id,
         owner_ttl_ms=owner_ttl_ms,
         group_commit_window_ms=group_commit_window_ms,
+        models=models,
     )
 
     @contextlib.asynccontextmanager
@@ -127,7 +131,14 @@ def create_app(
         # as the first message leaves it for the session named.
         unused = host is None
         if host is None:
-            host = await sessions.open_session(ws.query_params.get("model") or DEFAULT_MODEL)
+            try:
+                host = await sessions.open_session(ws.query_params.get("model") or DEFAULT_MODEL)
+            except ModelNotServed as err:
+                # No session exists to log this in: say why, then close (as for a bad key).
+                log.info("connection refused: %s", err)
+                await ws.send_text(encode_wire(_error(Code.MODEL_NOT_FOUND, str(err), "model", None)))
+                await ws.close(code=1008, reason="model_not_found")
+                return
             log.info("session %s opened (%s dialect)", host.session_id, dialect)
         me = host.listener
         writer = asyncio.create_task(_write(ws, host, me, _realtime_frames(dialect)))

@@ -10,24 +10,32 @@ and queues their projection for whoever listens. Nothing is queued before its tr
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import random
 import secrets
 import time
 from typing import Any, AsyncIterator, Callable, Iterable, Optional, Protocol
 
+import attrs
 from prometheus_client import Counter, Histogram
 
 from duplex_es.domain import (
     COMMAND_TYPES,
     MAX_OUT_OF_BAND_RESPONSES,
+    UNSET,
     Code,
     Detach,
+    Duplicate,
     Expire,
+    Heartbeat,
     Invalid,
     Pump,
     Resume,
+    RetrieveItem,
     SessionState,
+    TurnSignal,
+    UpdateSession,
     decide,
     evolve,
 )
@@ -47,7 +55,7 @@ from duplex_es.protocol import project, split_server_event_seq
 from duplex_es.snapshots import load_state, save_snapshot
 from duplex_es.store import EventLog, Fence, GroupCommitWriter, OwnershipLost, Recorded, SnapshotStore, WrongExpectedSeq
 
-__all__ = ["Acquirer", "SessionHost", "SessionMoved", "new_id", "now_ms"]
+__all__ = ["Acquirer", "SessionHost", "SessionMoved", "idempotency_key", "new_id", "now_ms", "ModelResolver"]
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +111,33 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{_ids.getrandbits(64):016x}"
 
 
+#: Commands that change nothing but the log: a repeated ``event_id`` never makes them a retry.
+_READ_ONLY = (RetrieveItem, Heartbeat, TurnSignal)
+
+#: ``resolve(model_name)``: the engine a model name is served by, or ``None`` for a name this
+#: server does not serve.
+ModelResolver = Callable[[str], Optional[str]]
+
+
+def idempotency_key(command: object) -> Optional[str]:
+    """The log's idempotency key for a client command, or ``None``: a client ``event_id`` is a
+    correlation id, so only a repeat of the same ``event_id`` *with the same content* is a retry
+    (docs/protocol.md, Event ids). Read-only commands and refusals are never keyed; world
+    interaction ids (ints) are deduplicated by the domain itself (``duplicate_event``).
+
+    The content is the command's ``digest`` (the protocol layer's fingerprint of the client's
+    frame), else a fingerprint of the command's fields (Python API callers).
+    """
+    event_id = getattr(command, "event_id", None)
+    if not isinstance(event_id, str) or isinstance(command, _READ_ONLY):
+        return None
+    digest = getattr(command, "digest", None)
+    if digest is None:
+        fields = attrs.evolve(command, event_id=None) if attrs.has(type(command)) else command  # type: ignore[misc]
+        digest = hashlib.blake2b(repr(fields).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    return f"{event_id[:200]}#{digest}"
+
+
 def now_ms() -> int:
     """The wall clock in Unix ms: only ever read outside the domain, and logged (DESIGN I11)."""
     return time.time_ns() // 1_000_000
@@ -126,6 +161,9 @@ class SessionHost:
             session moved to another server nothing more is written here
             (:class:`SessionMoved`). ``None``: ownership is not checked (a single process).
         on_moved: called with the host once it learns the session moved.
+        resolve_model: the server's model map: a ``session.update`` naming a model is refused
+            (``model_not_found``) unless the map serves it, and accepted when it names the
+            session's model or another name of the same engine.
     """
 
     def __init__(
@@ -138,8 +176,10 @@ class SessionHost:
         writer: Optional[GroupCommitWriter] = None,
         fence: Optional[Fence] = None,
         on_moved: Optional[Callable[["SessionHost"], None]] = None,
+        resolve_model: Optional[ModelResolver] = None,
     ) -> None:
         self.log = log
+        self.resolve_model = resolve_model
         self.writer = writer
         self.fence = fence
         self.moved: Optional[str] = None  # why the session left this process, once it did
@@ -162,6 +202,23 @@ class SessionHost:
         self._reveal: Optional[tuple[str, str]] = None
 
     # ----------------------------------------------------------------------------------- public
+
+    def _resolved(self, command: UpdateSession) -> UpdateSession | Invalid:
+        """``command`` with the engine its model name maps to, or its refusal for a name this
+        server does not serve."""
+        name = command.patch.model
+        if name is UNSET or not isinstance(name, str) or self.resolve_model is None:
+            return command
+        engine = self.resolve_model(name)
+        if engine is None:
+            return Invalid(
+                event_id=command.event_id,
+                command_type="session.update",
+                code=Code.MODEL_NOT_FOUND,
+                message=f"model {name[:64]!r} is not served here (serve --model NAME=ENGINE names the models)",
+                param="session.model",
+            )
+        return attrs.evolve(command, patch=attrs.evolve(command.patch, engine=engine))
 
     def reveal_token(self, token_hash: str, token: str) -> None:
         """Hand ``token`` to the listener with the wire event of the next committed event that
@@ -188,7 +245,9 @@ class SessionHost:
                 ``listener``; a listener's stream gets ``session.replaced`` and ends).
             sqlalchemy.exc.DBAPIError: the log could not be written (nothing was published).
         """
-        key = getattr(command, "event_id", None)
+        key = idempotency_key(command)
+        if self.resolve_model is not None and isinstance(command, UpdateSession):
+            command = self._resolved(command)
         async with self._lock:
             if listener is not None and listener != self.listener:
                 return False
@@ -197,9 +256,7 @@ class SessionHost:
                     raise SessionMoved(self.session_id, self.moved)
                 if not isinstance(command, (Pump, Detach, Expire)):
                     self.last_activity_ms = now_ms()
-                # A client's string event_id is an idempotency key; world interaction ids (ints)
-                # are deduplicated by the domain itself (duplicate_event).
-                await self._execute(command, key if isinstance(key, str) else None)
+                await self._execute(command, key)
                 await self._pump()
             except SessionMoved:
                 if listener is not None:
@@ -410,13 +467,13 @@ class SessionHost:
                 self._lose(f"owned by {lost.owner_id} at generation {lost.generation}")
                 raise SessionMoved(self.session_id, self.moved or "moved") from lost
             if result.duplicate:
-                first, last = result.records[0].seq, result.records[-1].seq
-                command = Invalid(
-                    event_id=key,
+                # A retry of an applied command (same event_id, same content): recorded, not
+                # applied again; the client got (or a resume re-sends) the first one's events.
+                command = Duplicate(
+                    event_id=getattr(command, "event_id", "") or "",
                     command_type=COMMAND_TYPES.get(type(command)),
-                    code=Code.DUPLICATE_EVENT_ID,
-                    message=f"event_id {key!r} was already applied (log seq {first}-{last}); nothing was done again",
-                    param="event_id",
+                    first_seq=result.records[0].seq,
+                    last_seq=result.records[-1].seq,
                 )
                 key = None
                 continue

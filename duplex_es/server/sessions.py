@@ -23,6 +23,7 @@ from duplex_es.domain.world import StartWorld, WorldState
 from duplex_es.events import CommandRejected, SessionClosed, SessionExpired, WorldClosed
 from duplex_es.server.follower import LogFollower
 from duplex_es.server.host import SessionHost, SessionMoved, new_id, now_ms
+from duplex_es.server.models import DEFAULT_ENGINE, ModelMap
 from duplex_es.snapshots import load_state
 from duplex_es.store import (
     DEFAULT_OWNER_TTL_MS,
@@ -35,7 +36,7 @@ from duplex_es.store import (
     SnapshotStore,
 )
 
-__all__ = ["DuplexSessions", "ResumeRefused", "DEFAULT_MODEL", "default_server_id", "new_resume_token", "token_digest"]
+__all__ = ["DuplexSessions", "ModelNotServed", "ResumeRefused", "DEFAULT_MODEL", "default_server_id", "new_resume_token", "token_digest"]
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,15 @@ TERMINAL_EVENT_TYPES = (SessionClosed.TYPE, SessionExpired.TYPE, WorldClosed.TYP
 MIN_OWNER_TTL_MS, MAX_OWNER_TTL_MS = 300, 86_400_000
 
 #: The model name a session gets when the client names none.
-DEFAULT_MODEL = "duplex-es-echo"
+DEFAULT_MODEL = DEFAULT_ENGINE
+
+
+class ModelNotServed(ValueError):
+    """A session was asked for a model name the server's model map does not serve."""
+
+    def __init__(self, model: str, models: ModelMap) -> None:
+        self.model = model
+        super().__init__(f"model {model[:64]!r} is not served here; served: {models.describe() or 'none'}")
 
 
 class ResumeRefused(Exception):
@@ -116,6 +125,8 @@ class DuplexSessions:
             stopped renewing for this long is taken up by another server.
         group_commit_window_ms: how long the group-commit writer waits for more commands
             before committing (0: it commits what is queued at once).
+        models: which model names this server serves, by which engine (default: any name,
+            by :data:`~duplex_es.server.models.DEFAULT_ENGINE`).
     """
 
     def __init__(
@@ -130,7 +141,9 @@ class DuplexSessions:
         server_id: Optional[str] = None,
         owner_ttl_ms: int = DEFAULT_OWNER_TTL_MS,
         group_commit_window_ms: float = 0.0,
+        models: Optional[ModelMap] = None,
     ) -> None:
+        self.models = models or ModelMap()
         if not MIN_OWNER_TTL_MS <= owner_ttl_ms <= MAX_OWNER_TTL_MS:
             raise ValueError(f"owner_ttl_ms must be {MIN_OWNER_TTL_MS}..{MAX_OWNER_TTL_MS}, got {owner_ttl_ms}")
         self.server_id = server_id or default_server_id()
@@ -171,15 +184,22 @@ class DuplexSessions:
         await asyncio.to_thread(self.writer.close)
 
     async def open_session(self, model: str = DEFAULT_MODEL) -> SessionHost:
-        """Create a session and return its handle, with a listener attached. Its first event,
-        ``session.created``, carries the ``resume_token`` a client needs to resume it."""
+        """Create a session for ``model`` and return its handle, with a listener attached. Its
+        first event, ``session.created``, carries the ``resume_token`` a client needs to resume it.
+
+        Raises:
+            ModelNotServed: the model map serves no such name (nothing was logged).
+        """
+        engine = self.models.resolve(model)
+        if engine is None:
+            raise ModelNotServed(model, self.models)
         session_id = new_id("sess")
         host = self._host(session_id, await asyncio.to_thread(self.owners.acquire, session_id, self.server_id))
         host.attach()
         self.hosts[host.session_id] = host
         token = new_resume_token()
         host.reveal_token(token_digest(token), token)
-        await host.submit(OpenSession(session_id=host.session_id, model=model, resume_token_hash=token_digest(token)))
+        await host.submit(OpenSession(session_id=host.session_id, model=model, engine=engine, resume_token_hash=token_digest(token)))
         return host
 
     async def open_world(self, start: StartWorld) -> SessionHost:
@@ -243,6 +263,7 @@ class DuplexSessions:
             writer=self.writer,
             fence=fence,
             on_moved=self._forget,
+            resolve_model=self.models.resolve,
         )
 
     def _forget(self, host: SessionHost) -> None:

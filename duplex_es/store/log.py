@@ -17,7 +17,7 @@ import attrs
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from duplex_es.events import EpochAdvanced, Event, TickIssued, WorldClosed, WorldReset, WorldTickIssued, decode, encode
+from duplex_es.events import EpochAdvanced, Event, TickIssued, TranscriptionRequested, WorldClosed, WorldReset, WorldTickIssued, decode, encode
 from duplex_es.store.chain import GENESIS, event_hash
 from duplex_es.store.appendsql import AppendSql
 from duplex_es.store.database import Database, driver_connection
@@ -300,7 +300,7 @@ class EventLog:
     def _mirror_ticks(conn: Connection, records: Iterable[Recorded]) -> None:
         for rec in records:
             ev = rec.event
-            if isinstance(ev, (TickIssued, WorldTickIssued)):
+            if isinstance(ev, (TickIssued, WorldTickIssued, TranscriptionRequested)):
                 conn.execute(
                     ticks_t.insert().values(
                         request_id=ev.request_id,

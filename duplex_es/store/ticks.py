@@ -22,7 +22,7 @@ from typing import Literal, Sequence
 import attrs
 import sqlalchemy as sa
 
-from duplex_es.events import Event, TickIssued, WorldTickIssued, decode
+from duplex_es.events import Event, TickIssued, TranscriptionRequested, WorldTickIssued, decode
 from duplex_es.store.database import driver_connection
 from duplex_es.store.log import ANY_SEQ, EventLog, Recorded
 from duplex_es.store.schema import ticks as ticks_t
@@ -45,7 +45,7 @@ class Claim:
     token: str
     claimed_until_us: int
     attempts: int
-    tick: TickIssued | WorldTickIssued
+    tick: TickIssued | WorldTickIssued | TranscriptionRequested
 
 
 class ClaimLost(Exception):
@@ -128,7 +128,7 @@ class TickQueue:
             return None
         request_id, session_id, seq, kind, attempts, type_, version, data = row
         tick = decode(type_, version, data)
-        assert isinstance(tick, (TickIssued, WorldTickIssued)), f"ticks row {request_id} points at a {tick.TYPE}"
+        assert isinstance(tick, (TickIssued, WorldTickIssued, TranscriptionRequested)), f"ticks row {request_id} points at a {tick.TYPE}"
         return Claim(request_id, session_id, seq, kind, token, until, attempts, tick)
 
     def extend(self, claim: Claim, *, ttl_ms: int, now_us: int | None = None) -> Claim:

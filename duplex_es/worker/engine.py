@@ -10,9 +10,17 @@ from typing import Callable, Optional, Protocol, runtime_checkable
 
 import attrs
 
-from duplex_es.events import AudioSegment, InputTranscript, Mark, TickIssued
+from duplex_es.events import AudioSegment, InputTranscript, Mark, TickIssued, TokenUsage, TranscriptionRequested
 
-__all__ = ["TickIdentity", "TickContext", "EngineOutput", "EngineError", "Engine"]
+__all__ = [
+    "TickIdentity",
+    "TickContext",
+    "EngineOutput",
+    "EngineError",
+    "Engine",
+    "TranscriptionContext",
+    "TranscriptionOutput",
+]
 
 
 @attrs.frozen(kw_only=True)
@@ -77,6 +85,29 @@ class EngineOutput:
     final: bool = False
     incomplete_reason: Optional[str] = None
     input_transcripts: tuple[InputTranscript, ...] = ()
+    usage: Optional[TokenUsage] = None
+    not_applied: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class TranscriptionContext:
+    """A ``transcription`` tick: transcribe the user item ``tick.item_id``. ``read_audio()``
+    returns its audio (``tick.audio`` in ``tick.input_format``) from the log."""
+
+    session_id: str
+    tick: TranscriptionRequested
+    read_audio: Callable[[], bytes]
+
+
+@attrs.frozen(kw_only=True)
+class TranscriptionOutput:
+    """A transcript of ``item_id`` answering ``request_id`` (both echoed from the tick);
+    ``seconds`` of audio were transcribed."""
+
+    request_id: str
+    item_id: str
+    transcript: str
+    seconds: float
 
 
 class EngineError(Exception):
@@ -92,7 +123,9 @@ class Engine(Protocol):
     """A model behind the tick protocol.
 
     ``name`` is recorded with every output; ``kinds`` are the tick kinds it runs (``speech``,
-    ``world``). ``step`` must be deterministic in the tick for replay to reproduce outputs.
+    ``world``, ``transcription``); ``step`` gets the context of its kind (:class:`TickContext`,
+    ``WorldContext``, :class:`TranscriptionContext`). ``step`` must be deterministic in the
+    tick for replay to reproduce outputs.
     """
 
     name: str

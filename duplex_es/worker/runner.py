@@ -19,19 +19,23 @@ from duplex_es.events import (
     AudioSegment,
     Event,
     ItemCreated,
+    ResponseCreated,
     TickFailed,
     TickOutput,
+    TranscriptionCompleted,
+    TranscriptionFailed,
+    TranscriptionRequested,
     WorldChunk,
     WorldTickFailed,
     WorldTickIssued,
     segments_audio,
 )
 from duplex_es.store import TICKS_CHANNEL, Claim, ClaimLost, EventLog, TickQueue, Wakeup
-from duplex_es.worker.engine import Engine, EngineError, EngineOutput, TickContext
+from duplex_es.worker.engine import Engine, EngineError, EngineOutput, TickContext, TranscriptionContext, TranscriptionOutput
 from duplex_es.worker.faults import crash_point
 from duplex_es.worker.world.engine import WorldContext, WorldOutput
 
-__all__ = ["Worker", "output_events", "world_output_events"]
+__all__ = ["Worker", "output_events", "world_output_events", "transcription_output_events"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +61,8 @@ def output_events(claim: Claim, engine_name: str, out: EngineOutput) -> list[Eve
             incomplete_reason=out.incomplete_reason,
             input_transcripts=out.input_transcripts,
             engine=engine_name,
+            usage=out.usage,
+            not_applied=out.not_applied,
         )
     ]
 
@@ -79,8 +85,24 @@ def world_output_events(engine_name: str, out: WorldOutput) -> list[Event]:
     ]
 
 
+def transcription_output_events(session_id: str, engine_name: str, out: TranscriptionOutput) -> list[Event]:
+    """The log event for a transcript; its identity comes from the engine's echo."""
+    return [
+        TranscriptionCompleted(
+            session_id=session_id,
+            request_id=out.request_id,
+            item_id=out.item_id,
+            transcript=out.transcript,
+            seconds=round(out.seconds, 3),
+            engine=engine_name,
+        )
+    ]
+
+
 def _failure(claim: Claim, code: str, message: str) -> list[Event]:
     t = claim.tick
+    if isinstance(t, TranscriptionRequested):
+        return [TranscriptionFailed(session_id=claim.session_id, request_id=t.request_id, item_id=t.item_id, code=code, message=message[:500])]
     if isinstance(t, WorldTickIssued):
         return [
             WorldTickFailed(
@@ -155,7 +177,7 @@ class Worker:
         if [r.seq for r in records] != seqs:
             raise EngineError("input_missing", f"audio events {seqs} are not all in the log")
         for r in records:
-            if not isinstance(r.event, (AudioAppended, ItemCreated)):
+            if not isinstance(r.event, (AudioAppended, ItemCreated, ResponseCreated)):
                 raise EngineError("input_missing", f"seq {r.seq} is a {r.event.TYPE}, which holds no input audio")
         return segments_audio({r.seq: r.event for r in records}, segments, bytes_per_sample)
 
@@ -195,6 +217,13 @@ class Worker:
         try:
             if isinstance(claim.tick, WorldTickIssued):
                 return world_output_events(engine.name, engine.step(WorldContext(session_id=claim.session_id, tick=claim.tick)))
+            if isinstance(claim.tick, TranscriptionRequested):
+                t = claim.tick
+                width = 2 if t.input_format.type == "audio/pcm" else 1
+                ctx = TranscriptionContext(
+                    session_id=claim.session_id, tick=t, read_audio=lambda: self.read_audio(claim.session_id, t.audio, width)
+                )
+                return transcription_output_events(claim.session_id, engine.name, engine.step(ctx))
             width = 2 if claim.tick.inputs.input_format.type == "audio/pcm" else 1
             ctx = TickContext(
                 session_id=claim.session_id, tick=claim.tick, read_audio=lambda segs: self.read_audio(claim.session_id, segs, width)

@@ -9,12 +9,14 @@ under load). In a child process the decode runs beside the worker, which only wa
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import struct
 import subprocess
 import sys
 import threading
+from collections import OrderedDict
 from typing import Any, BinaryIO, Optional
 
 from duplex_es.audio.resample import resample_pcm16
@@ -56,9 +58,14 @@ class Recognizer:
     died is replaced on the next call.
     """
 
+    #: Transcripts kept (by audio digest): a user turn is decoded once per worker, though the
+    #: session's input transcription and the response that answers it both need it.
+    CACHE_SIZE = 32
+
     def __init__(self) -> None:
         self._child: Optional[subprocess.Popen] = None
         self._lock = threading.Lock()
+        self._cache: OrderedDict[bytes, str] = OrderedDict()
         self._start()
         logging.getLogger(__name__).info("pocketsphinx en-US model loaded (child process %d)", self._child.pid if self._child else -1)
 
@@ -80,7 +87,20 @@ class Recognizer:
         dies twice in a row on the same audio."""
         if len(pcm16) < 2:
             return ""
-        audio = resample_pcm16(pcm16, rate, ASR_RATE)
+        key = hashlib.blake2b(pcm16, digest_size=16, person=rate.to_bytes(4, "little")).digest()
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        text = self._decode(resample_pcm16(pcm16, rate, ASR_RATE))
+        with self._lock:
+            self._cache[key] = text
+            while len(self._cache) > self.CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return text
+
+    def _decode(self, audio: bytes) -> str:
+        """Decode 16 kHz PCM16 in the child process (started again if it died)."""
         with self._lock:
             for attempt in (1, 2):
                 try:

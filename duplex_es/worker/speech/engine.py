@@ -18,11 +18,21 @@ import numpy as np
 
 from duplex_es.audio import decode_to_pcm16, encode_from_pcm16
 from duplex_es.audio.pcm import bytes_per_sample
-from duplex_es.events import InputTranscript, Mark, SpeechInputs
-from duplex_es.worker.engine import EngineError, EngineOutput, TickContext
+from duplex_es.events import InputTranscript, Mark, SpeechInputs, TokenUsage
+from duplex_es.worker.engine import EngineError, EngineOutput, TickContext, TranscriptionContext, TranscriptionOutput
 from duplex_es.worker.speech.tts import ESPEAK_VOICES
 
-__all__ = ["CascadeSpeechEngine", "ItemPlan", "SpeechPlan", "reply_items", "reply_text", "MAX_REPLY_CHARS", "MAX_REPLY_ITEMS"]
+__all__ = [
+    "CascadeSpeechEngine",
+    "PocketsphinxTranscriber",
+    "ItemPlan",
+    "SpeechPlan",
+    "reply_items",
+    "reply_text",
+    "limit_tokens",
+    "MAX_REPLY_CHARS",
+    "MAX_REPLY_ITEMS",
+]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +74,35 @@ def reply_items(transcript: str, typed: str) -> tuple[list[str], bool]:
     return items, cut
 
 
+def limit_tokens(texts: list[str], max_tokens: object) -> tuple[list[str], bool]:
+    """``texts`` cut to ``max_tokens`` tokens in all (GA ``max_output_tokens``: an int, or
+    ``"inf"``), and whether anything was cut. The echo agent's token is a word."""
+    if not isinstance(max_tokens, int):
+        return texts, False
+    out: list[str] = []
+    left = max_tokens
+    for text in texts:
+        words = text.split(" ")
+        if len(words) <= left:
+            out.append(text)
+            left -= len(words)
+            continue
+        if left > 0:
+            out.append(" ".join(words[:left]))
+        return out, True
+    return out, False
+
+
+def tokens_of(text: str) -> int:
+    """The echo agent's token count of ``text``: its words."""
+    return len(text.split())
+
+
+#: Audio tokens per second as OpenAI's realtime models count them (one per 100 ms of user
+#: audio, one per 50 ms of assistant audio); the echo agent reports its audio the same way.
+INPUT_AUDIO_TOKENS_PER_S, OUTPUT_AUDIO_TOKENS_PER_S = 10, 20
+
+
 def reply_text(transcript: str, typed: str) -> str:
     """The whole reply as one string (its items joined with spaces)."""
     return " ".join(reply_items(transcript, typed)[0])
@@ -95,6 +134,8 @@ class SpeechPlan:
     items: tuple[ItemPlan, ...]
     cut: bool
     chunks: tuple[tuple[int, int], ...]
+    input_audio_ms: int = 0
+    cut_reason: str = "max_output_tokens"
 
 
 class CascadeSpeechEngine:
@@ -110,14 +151,14 @@ class CascadeSpeechEngine:
     name = "duplex_es.cascade_echo/1"
     kinds = ("speech",)
 
-    def __init__(self, chunk_ms: int = 500, cache_size: int = 64) -> None:
+    def __init__(self, chunk_ms: int = 500, cache_size: int = 64, recognizer: object = None) -> None:
         from duplex_es.worker.speech.asr import Recognizer
         from duplex_es.worker.speech.tts import Synthesizer
 
         if chunk_ms <= 0:
             raise ValueError("chunk_ms must be > 0")
         self.chunk_ms = chunk_ms
-        self._asr = Recognizer()
+        self._asr = recognizer or Recognizer()
         self._tts = Synthesizer()
         self._plans: OrderedDict[tuple[str, str], SpeechPlan] = OrderedDict()
         self._cache_size = cache_size
@@ -138,18 +179,27 @@ class CascadeSpeechEngine:
     def _make_plan(self, ctx: TickContext) -> SpeechPlan:
         inputs: SpeechInputs = ctx.tick.inputs
         transcript = ""
+        input_ms = 0
         if inputs.user_audio:
             raw = ctx.read_audio(inputs.user_audio)
             pcm = decode_to_pcm16(raw, inputs.input_format.type)
+            input_ms = len(pcm) * 1000 // inputs.input_format.rate
             transcript = self._asr.transcribe(pcm.tobytes(), inputs.input_format.rate)
         texts, cut = reply_items(transcript, inputs.user_text)
+        texts, cut_tokens = limit_tokens(texts, inputs.max_output_tokens)
+        cut = cut or cut_tokens
+        if not texts:
+            texts = [""]
         fmt = inputs.output_format
         items = []
         for text in texts:
             if "audio" in inputs.output_modalities:
                 if inputs.voice not in ESPEAK_VOICES:
                     raise EngineError("unsupported_voice", f"the reference engine has no voice {inputs.voice!r}")
-                speech = self._tts.synthesize(text, fmt.rate, inputs.voice)
+                speech = self._tts.synthesize(text, fmt.rate, inputs.voice, inputs.speed) if text else None
+                if speech is None:
+                    items.append(ItemPlan(text, b"", (), 0))
+                    continue
                 audio = encode_from_pcm16(np.frombuffer(speech.pcm, dtype="<i2"), fmt.type)
                 items.append(ItemPlan(text, audio, tuple((m.char_offset, m.audio_ms) for m in speech.marks), speech.duration_ms))
             else:
@@ -162,7 +212,7 @@ class CascadeSpeechEngine:
                 n = max(1, -(-len(item.text.split(" ")) // TEXT_WORDS_PER_CHUNK))
             chunks += [(i, j) for j in range(n)]
         log.info("planned %s/%s: heard %r, replying %r", ctx.session_id, ctx.tick.response_id, transcript, texts)
-        return SpeechPlan(transcript, tuple(items), cut, tuple(chunks))
+        return SpeechPlan(transcript, tuple(items), cut, tuple(chunks), input_ms)
 
     def step(self, ctx: TickContext) -> EngineOutput:
         """Produce chunk ``ctx.tick.chunk_index`` of the response."""
@@ -178,18 +228,25 @@ class CascadeSpeechEngine:
         reply_to = ctx.tick.inputs.reply_to_item_id
         if k == 0 and reply_to is not None and ctx.tick.inputs.user_audio:
             heard = (InputTranscript(item_id=reply_to, transcript=plan.transcript),)
+        inputs = ctx.tick.inputs
         common = dict(
             echo=ctx.identity,
             new_item=j == 0 and i > 0,
             final=final,
             incomplete_reason="max_output_tokens" if final and plan.cut else None,
             input_transcripts=heard,
+            not_applied=_ignored(inputs) if k == 0 else (),
         )
+        read = TokenUsage(
+            input_text_tokens=tokens_of(inputs.user_text) + sum(tokens_of(h.text) for h in inputs.history if h.item_id != inputs.reply_to_item_id),
+            input_audio_tokens=plan.input_audio_ms * INPUT_AUDIO_TOKENS_PER_S // 1000,
+        ) if k == 0 else TokenUsage()
         if not item.audio:
             words = item.text.split(" ")
             part = words[j * TEXT_WORDS_PER_CHUNK : (j + 1) * TEXT_WORDS_PER_CHUNK]
             delta = " ".join(part) + ("" if last_of_item else " ")
-            return EngineOutput(text_delta=delta, **common)  # type: ignore[arg-type]
+            usage = read + TokenUsage(output_text_tokens=tokens_of(delta))
+            return EngineOutput(text_delta=delta, usage=usage, **common)  # type: ignore[arg-type]
         fmt = ctx.tick.inputs.output_format
         per_ms_samples = fmt.rate // 1000
         width = bytes_per_sample(fmt.type)
@@ -200,5 +257,52 @@ class CascadeSpeechEngine:
         marks = tuple(Mark(text_chars=o, audio_ms=ms) for o, ms in item.marks if start_ms <= ms < end_ms)
         if last_of_item:
             marks += (Mark(text_chars=len(item.text), audio_ms=item.duration_ms),)
-        return EngineOutput(audio=item.audio[a:b], text_delta=item.text[c0:c1], marks=marks, **common)  # type: ignore[arg-type]
+        audio = item.audio[a:b]
+        usage = read + TokenUsage(
+            output_text_tokens=tokens_of(item.text[c0:c1]),
+            output_audio_tokens=len(audio) // width * 1000 // fmt.rate * OUTPUT_AUDIO_TOKENS_PER_S // 1000,
+        )
+        return EngineOutput(audio=audio, text_delta=item.text[c0:c1], marks=marks, usage=usage, **common)  # type: ignore[arg-type]
+
+
+def _ignored(inputs: SpeechInputs) -> tuple[str, ...]:
+    """The response settings the echo agent does not apply, named as the client set them: it
+    echoes what it heard whatever the instructions, has no sampling temperature, and calls no
+    tools."""
+    out = []
+    if inputs.instructions:
+        out.append("instructions")
+    if inputs.temperature is not None:
+        out.append("temperature")
+    if inputs.tools:
+        out.append("tools")
+    if inputs.tool_choice not in ("auto", None):
+        out.append("tool_choice")
+    return tuple(out)
+
+
+class PocketsphinxTranscriber:
+    """Input transcription (``transcription`` ticks) with the reference engine's ASR:
+    pocketsphinx's en-US model, whatever ``model`` the session named (the tick's ``settings``
+    record the name; the transcript records this engine). Deterministic.
+
+    Args:
+        recognizer: a :class:`~duplex_es.worker.speech.asr.Recognizer` to share with the speech
+            engine (one decoder process per worker); a new one if ``None``.
+    """
+
+    name = "duplex_es.pocketsphinx_transcriber/1"
+    kinds = ("transcription",)
+
+    def __init__(self, recognizer: object = None) -> None:
+        from duplex_es.worker.speech.asr import Recognizer
+
+        self._asr = recognizer or Recognizer()
+
+    def step(self, ctx: TranscriptionContext) -> TranscriptionOutput:
+        """Transcribe the tick's user item."""
+        fmt = ctx.tick.input_format
+        pcm = decode_to_pcm16(ctx.read_audio(), fmt.type)
+        transcript = self._asr.transcribe(pcm.tobytes(), fmt.rate)  # type: ignore[attr-defined]
+        return TranscriptionOutput(request_id=ctx.tick.request_id, item_id=ctx.tick.item_id, transcript=transcript, seconds=len(pcm) / fmt.rate)
 

@@ -76,6 +76,16 @@ class Synthesis:
         return len(self.pcm) // 2 * 1000 // self.rate
 
 
+#: espeak-ng's ``espeakRATE`` parameter (words per minute) and its bounds.
+_ESPEAK_RATE = 1
+_DEFAULT_WPM, _MIN_WPM, _MAX_WPM = 175, 80, 450
+
+
+def words_per_minute(speed: float) -> int:
+    """espeak-ng's speaking rate for a GA ``speed`` (1.0 → 175 wpm), within what it speaks."""
+    return max(_MIN_WPM, min(_MAX_WPM, round(_DEFAULT_WPM * speed)))
+
+
 class Synthesizer:
     """espeak-ng speech synthesis, deterministic across calls and processes.
 
@@ -118,9 +128,10 @@ class Synthesizer:
             del lib
             _ctypes.dlclose(handle)
 
-    def synthesize(self, text: str, rate: int, voice: str = "alloy") -> Synthesis:
-        """Speak ``text`` in ``voice`` (a Realtime voice name, see :data:`ESPEAK_VOICES`) and
-        return PCM16 at ``rate`` Hz with word marks.
+    def synthesize(self, text: str, rate: int, voice: str = "alloy", speed: float = 1.0) -> Synthesis:
+        """Speak ``text`` in ``voice`` (a Realtime voice name, see :data:`ESPEAK_VOICES`) at
+        ``speed`` (GA ``audio.output.speed``: 1.0 is espeak-ng's 175 words a minute; it speaks
+        80 to 450) and return PCM16 at ``rate`` Hz with word marks.
 
         Raises:
             KeyError: for a voice name with no espeak-ng mapping.
@@ -147,6 +158,8 @@ class Synthesizer:
 
         def speak(lib, native_rate: int) -> int:  # noqa: ANN001
             lib.espeak_SetSynthCallback(callback)
+            if speed != 1.0:
+                lib.espeak_SetParameter(_ESPEAK_RATE, words_per_minute(speed), 0)
             err = lib.espeak_Synth(data, len(data) + 1, 0, _POS_CHARACTER, 0, _ESPEAK_CHARS_UTF8, None, None)
             if err != 0:
                 raise RuntimeError(f"espeak_Synth failed with error {err}")
