@@ -5,14 +5,14 @@ The checks deliberately do not reuse the reducer's bookkeeping: they walk the ra
 recompute what must hold, so a reducer bug cannot hide itself.
 
 * **chain** — seqs run 1..n without gaps; each ``prev_hash`` is the previous row's ``hash`` and
-  each ``hash`` recomputes (DESIGN I9): any edit, deletion or reordering breaks it;
+  each ``hash`` recomputes (docs/architecture.md, I9): any edit, deletion or reordering breaks it;
 * **decode** — every row decodes with the current catalogue (upcasting older versions);
 * **ticks** — each tick's ``applied_event_ids`` are strictly increasing, name accepted
   model-feeding events logged before the tick, and are never named by another tick; every
   model-feeding event is applied by exactly one committed tick or discarded by exactly one
-  explicit event; a closed session leaves nothing pending (DESIGN I5);
+  explicit event; a closed session leaves nothing pending (docs/architecture.md, I5);
 * **outputs** — every output names an issued tick and echoes its identity exactly; no tick has
-  two outputs (DESIGN I5, I6);
+  two outputs (docs/architecture.md, I5, I6);
 * **responses** — each response ends with exactly one ``response.done`` and no accepted output
   follows it;
 * **transcriptions** — each input transcription names a user item of the session, is answered
@@ -277,7 +277,7 @@ def _audit_rows(session_id: str, rows: list) -> SessionAudit:
 
 
 def _audit_world(session_id: str, n_events: int, events: list[tuple[int, Event]], bad: list[Violation]) -> SessionAudit:
-    """World sessions (DESIGN §5): every accepted interaction is applied by exactly one committed
+    """World sessions (docs/world.md): every accepted interaction is applied by exactly one committed
     tick of its epoch, in id order, or discarded by name; chunk indexes run from 0 per epoch;
     every block echoes its tick; no tick has two blocks."""
     accepted: dict[int, tuple[int, int]] = {}  # interaction id -> (seq, epoch accepted in)

@@ -41,7 +41,7 @@ def chunks(pcm: bytes, ms: int, n: int) -> list[str]:
 
 
 def wire_from_log(log: EventLog, session_id: str) -> list[str]:
-    """Every server frame re-derived from the log (DESIGN I13)."""
+    """Every server frame re-derived from the log (docs/architecture.md, I13)."""
     state, out = SessionState(), []
     for r in log.read_session(session_id):
         after = evolve(state, r.seq, r.event)

@@ -37,7 +37,7 @@ def only_rejection(events, code):
 
 
 def unchanged(before, after):
-    """A refusal changes nothing but the seq it was logged at (DESIGN I3)."""
+    """A refusal changes nothing but the seq it was logged at (docs/architecture.md, I3)."""
     return attrs.evolve(before, seq=after.seq) == after
 
 
@@ -163,7 +163,7 @@ def test_cancel_raises_the_epoch_fences_the_tick_and_discards_its_inputs():
     assert adv.discarded_event_ids == t0.applied_event_ids
     assert isinstance(done, ResponseDone) and done.status == "cancelled" and done.reason == "client_cancelled"
     assert h.state.items[h.state.responses[rid].item_id].status == "incomplete"
-    # The cancelled tick's output arrives late: logged, discarded, changes nothing (DESIGN I7).
+    # The cancelled tick's output arrives late: logged, discarded, changes nothing (docs/architecture.md, I7).
     before = h.state
     from duplex_es.events import TickOutput
     import base64
@@ -444,7 +444,7 @@ def test_any_command_sequence_keeps_the_invariants(script):
 
 
 def test_the_domain_reads_no_clock_draws_no_randomness_and_does_no_io():
-    """DESIGN I2, checked on the source: the domain imports nothing that could."""
+    """docs/architecture.md, I2, checked on the source: the domain imports nothing that could."""
     forbidden = {"time", "datetime", "random", "secrets", "uuid", "os", "socket", "sqlalchemy", "asyncio", "duplex_es.store"}
     root = pathlib.Path(__file__).resolve().parents[1] / "duplex_es" / "domain"
     for path in root.glob("*.py"):

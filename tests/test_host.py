@@ -1,5 +1,5 @@
 """The session host against a real log and a real worker loop: after every command the live
-state equals the fold of the log (DESIGN I1), and the audit holds at the end."""
+state equals the fold of the log (docs/architecture.md, I1), and the audit holds at the end."""
 
 from __future__ import annotations
 

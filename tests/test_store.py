@@ -234,7 +234,7 @@ def test_cancelled_ticks_are_not_handed_out_but_a_running_one_still_logs_its_out
     log.append("s", [EpochAdvanced(epoch=1, reason="client_cancelled", cancelled_request_ids=("r0", "r1"))], expected_seq=ANY_SEQ)
     assert q.claim("w2", ttl_ms=60_000) is None
     assert q.count("cancelled") == 2
-    # The output is logged (the reducer marks it discarded: DESIGN I7).
+    # The output is logged (the reducer marks it discarded: docs/architecture.md, I7).
     assert q.commit(running, [_output("r0")]).status == "committed"
     assert log.read_session("s")[-1].event.TYPE == "tick.output"
 

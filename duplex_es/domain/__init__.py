@@ -1,5 +1,5 @@
 """The session state machine: ``decide(state, command) -> events`` and
-``evolve(state, seq, event) -> state``, both pure (DESIGN I2). Sans-I/O in the manner of h11:
+``evolve(state, seq, event) -> state``, both pure (docs/architecture.md, I2). Sans-I/O in the manner of h11:
 commands in, events out, explicit state, no sockets and no database here.
 
 One module per concern holds the rules of its commands and events: ``lifecycle`` (config,

@@ -1,4 +1,4 @@
-"""The audio clock: positions and durations from sample counts in the declared format (DESIGN I12).
+"""The audio clock: positions and durations from sample counts in the declared format (docs/architecture.md, I12).
 
 Nothing here reads a clock; a millisecond is always ``samples * 1000 / rate`` of the session's
 declared format, never wall time.

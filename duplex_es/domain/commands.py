@@ -1,7 +1,7 @@
 """Commands: what a client (or the session host) asks of a session.
 
 One frozen class per command. Every id a command creates (item, response, request) arrives in
-the command, chosen by the caller, and so does every time (DESIGN I2, I11), so
+the command, chosen by the caller, and so does every time (docs/architecture.md, I2, I11), so
 :func:`~duplex_es.domain.decide.decide` stays pure. Client commands carry the client's optional
 ``event_id`` (echoed in errors) and an optional ``expected_epoch``: a command fenced to an epoch
 the session has left is refused with ``stale_fence``.

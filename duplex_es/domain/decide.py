@@ -1,9 +1,9 @@
 """``decide(state, command) -> events``: what a command means, given the session's state.
 
-Pure (DESIGN I2). An accepted command returns the events that record it; a refused one returns
+Pure (docs/architecture.md, I2). An accepted command returns the events that record it; a refused one returns
 exactly one ``command.rejected`` carrying the error code, message, offending ``param`` and the
-client's ``event_id`` (DESIGN I3). Commands that could target several things must name their
-target or have exactly one candidate; the resolved target is written into the event (DESIGN §4,
+client's ``event_id`` (docs/architecture.md, I3). Commands that could target several things must name their
+target or have exactly one candidate; the resolved target is written into the event (docs/protocol.md,
 "no guessing"). The rules per command live in the concern modules.
 """
 

@@ -1,7 +1,7 @@
 """``evolve(state, seq, event) -> state``: the one writer of session state.
 
-Pure: no clock, no randomness, no I/O (DESIGN I2). A live session's state is always
-``fold(evolve, its events)`` (DESIGN I1); :func:`fold` is that fold. The rules per event live in
+Pure: no clock, no randomness, no I/O (docs/architecture.md, I2). A live session's state is always
+``fold(evolve, its events)`` (docs/architecture.md, I1); :func:`fold` is that fold. The rules per event live in
 the concern modules.
 """
 

@@ -1,7 +1,7 @@
 """User input: audio and text appends, commits, clears, and server VAD verdicts.
 
 Audio is checked against the declared format (PCM16 needs whole samples) and placed on the
-session's input clock in samples (DESIGN I12). The buffer holds segments of logged appends, so
+session's input clock in samples (docs/architecture.md, I12). The buffer holds segments of logged appends, so
 an item can end where speech stopped inside an append, the rest staying for the next item.
 
 With server VAD on, each append runs the detector (:mod:`duplex_es.domain.vad`) from the logged
@@ -120,7 +120,11 @@ def _(cmd: AppendAudio, state: SessionState) -> list[Event]:
     samples = samples_of(cmd.nbytes, fmt)
     if (state.buffer.samples + samples) * 1000 > MAX_BUFFER_MS * fmt.rate:
         return reject(
-            cmd, Code.BUFFER_FULL, f"the input buffer holds at most {MAX_BUFFER_MS // 1000} s of audio; commit or clear it first", "audio"
+            cmd,
+            Code.BUFFER_FULL,
+            f"the input buffer holds {state.buffer.samples * 1000 // fmt.rate} ms of audio; {samples * 1000 // fmt.rate} ms more "
+            f"would pass its {MAX_BUFFER_MS // 1000} s: commit or clear it first",
+            "audio",
         )
     td = cfg.turn_detection
     appended = AudioAppended(client_event_id=cmd.event_id, audio=cmd.audio, samples=samples, start_sample=state.input_clock)
@@ -209,7 +213,12 @@ def _(cmd: AppendText, state: SessionState) -> list[Event]:
     if not cmd.text:
         return reject(cmd, Code.INPUT_TEXT_EMPTY, "text is empty", "text")
     if len(state.buffer.text) + len(cmd.text) > MAX_INPUT_TEXT_CHARS:
-        return reject(cmd, Code.INPUT_TEXT_TOO_LONG, f"a user item holds at most {MAX_INPUT_TEXT_CHARS} characters of text", "text")
+        return reject(
+            cmd,
+            Code.INPUT_TEXT_TOO_LONG,
+            f"{len(state.buffer.text)} + {len(cmd.text)} characters of text: a user item holds at most {MAX_INPUT_TEXT_CHARS}",
+            "text",
+        )
     return [TextAppended(client_event_id=cmd.event_id, text=cmd.text)]
 
 

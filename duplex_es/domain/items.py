@@ -1,5 +1,5 @@
 """Conversation items: create (with ``previous_item_id`` or ``root``), retrieve, delete and
-truncate (``reference/realtime-protocol.md`` §1.2, §1.6; DESIGN §4 "Truncate").
+truncate (``reference/realtime-protocol.md`` §1.2, §1.6; docs/protocol.md "Truncate").
 
 Truncating assistant audio keeps the heard prefix of the transcript (duplex_es's rule), or
 removes the transcript under the session option ``transcript_on_truncate: "remove"`` (OpenAI's

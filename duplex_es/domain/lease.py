@@ -2,9 +2,9 @@
 
 A resume succeeds only if the lease is still at the generation the resumer read and, for a wire
 client, the presented resume token is the current one; it then bumps the generation and rotates
-the token (DESIGN §4, Leases and Resume; vLLM-Omni keeps the same rules in memory,
+the token (docs/protocol.md, Leases and Resume; vLLM-Omni keeps the same rules in memory,
 ``reference/realtime-protocol.md`` §3). Tokens are compared as SHA-256 digests, in constant time.
-Time comes from the commands (DESIGN I11).
+Time comes from the commands (docs/architecture.md, I11).
 """
 
 from __future__ import annotations

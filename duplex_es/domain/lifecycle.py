@@ -2,7 +2,7 @@
 (detach, resume, expiry).
 
 Time never comes from a clock here: a detach carries the host's time, an expiry the reaper's
-(DESIGN I11). The lease rules shared with world sessions (resume, the detach and resume
+(docs/architecture.md, I11). The lease rules shared with world sessions (resume, the detach and resume
 evolvers) live in ``lease``.
 """
 
@@ -316,7 +316,7 @@ def _(ev: TurnSignaled, state: SessionState, seq: int) -> SessionState:
 
 @evolver.register
 def _(ev: CommandRejected, state: SessionState, seq: int) -> SessionState:
-    return state  # DESIGN I3: a refusal changes no derived state.
+    return state  # docs/architecture.md, I3: a refusal changes no derived state.
 
 
 @evolver.register

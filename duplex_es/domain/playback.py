@@ -1,4 +1,4 @@
-"""The playback ledger and the heard history (DESIGN §4).
+"""The playback ledger and the heard history (docs/protocol.md).
 
 A response's audio is one timeline (its items one after another). Clients report how much of it
 they played and committed with ``playback.ack``; acks are monotonic (max), a truncating ack or a
@@ -89,7 +89,7 @@ def maybe_release(state: SessionState, response_id: str) -> SessionState:
 
 def _target(state: SessionState, cmd: AckPlayback) -> tuple[Optional[Response], Optional[list[Event]]]:
     """The response an ack is for: named by id (or by one of its items), or the only one whose
-    audio may still be playing (DESIGN §4, no guessing)."""
+    audio may still be playing (docs/protocol.md, no guessing)."""
     if cmd.response_id is not None:
         resp = state.responses.get(cmd.response_id)
         if resp is None and cmd.response_id in state.retired_response_ids:
@@ -134,7 +134,7 @@ def _(cmd: AckPlayback, state: SessionState) -> list[Event]:
     committed = cmd.played_ms if cmd.committed_ms is None else cmd.committed_ms
     for name, value in (("played_ms", cmd.played_ms), ("committed_ms", committed)):
         if value < 0:
-            return reject(cmd, Code.PLAYBACK_OUT_OF_RANGE, f"{name} must be >= 0", name)
+            return reject(cmd, Code.PLAYBACK_OUT_OF_RANGE, f"{name} must be >= 0; got {value} for response {resp.id}", name)
         if value > resp.generated_ms:
             return reject(
                 cmd,
@@ -143,7 +143,9 @@ def _(cmd: AckPlayback, state: SessionState) -> list[Event]:
                 name,
             )
     if committed > cmd.played_ms:
-        return reject(cmd, Code.PLAYBACK_OUT_OF_RANGE, "committed_ms cannot exceed played_ms", "committed_ms")
+        return reject(
+            cmd, Code.PLAYBACK_OUT_OF_RANGE, f"committed_ms {committed} cannot exceed played_ms {cmd.played_ms} (response {resp.id})", "committed_ms"
+        )
     if frozen(state, resp):
         return reject(
             cmd,
@@ -153,7 +155,10 @@ def _(cmd: AckPlayback, state: SessionState) -> list[Event]:
     if cmd.truncate:
         if resp.cap_ms is not None and committed > resp.cap_ms:
             return reject(
-                cmd, Code.PLAYBACK_OUT_OF_RANGE, f"committed_ms {committed} is past the truncation at {resp.cap_ms} ms", "committed_ms"
+                cmd,
+                Code.PLAYBACK_OUT_OF_RANGE,
+                f"committed_ms {committed} is past response {resp.id}'s truncation at {resp.cap_ms} ms",
+                "committed_ms",
             )
         new_committed = committed
     else:

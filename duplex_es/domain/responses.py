@@ -1,4 +1,4 @@
-"""Responses, ticks and epochs (DESIGN §3 I5–I7, §4).
+"""Responses, ticks and epochs (docs/architecture.md, I5–I7, §4).
 
 At most one response holds the default conversation; out-of-band responses
 (``conversation: "none"``) run beside it and never join the conversation. Each response advances
@@ -64,7 +64,7 @@ def classify_output(state: SessionState, ev: Union[TickOutput, TickFailed]) -> V
     """Judge an engine output against the live ticks of ``state``.
 
     * discarded ``stale_epoch``: its tick was cancelled when the epoch moved (cancel, barge-in,
-      close, expiry) — DESIGN I7;
+      close, expiry) — docs/architecture.md, I7;
     * discarded ``unknown_tick``: no live tick has its ``request_id``;
     * rejected ``identity_mismatch``: the live tick exists but the output's ``session_id``,
       ``response_id``, ``epoch``, ``chunk_index`` or ``applied_event_ids`` differ from it, or it
@@ -357,7 +357,8 @@ def _(cmd: ClearOutputAudio, state: SessionState) -> list[Event]:
         resp = state.active_response or next((r for r in reversed(list(state.responses.values())) if may_still_play(state, r)), None)
     if resp is None or not may_still_play(state, resp):
         param = "response_id" if cmd.response_id is not None else None
-        return reject(cmd, Code.CANCEL_NOT_ACTIVE, "output_audio_buffer.clear: no response has audio to clear", param)
+        what = f"response {cmd.response_id} has no audio left to clear" if cmd.response_id is not None else "no response has audio to clear"
+        return reject(cmd, Code.CANCEL_NOT_ACTIVE, f"output_audio_buffer.clear: {what}", param)
     cleared = OutputAudioCleared(client_event_id=cmd.event_id, response_id=resp.id)
     if not resp.active:
         return [cleared]

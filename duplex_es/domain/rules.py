@@ -81,7 +81,7 @@ def rejection(
 
 
 def reject(command: object, code: str, message: str, param: Optional[str] = None) -> list[Event]:
-    """Refuse ``command``: exactly one ``command.rejected`` (DESIGN I3)."""
+    """Refuse ``command``: exactly one ``command.rejected`` (docs/architecture.md, I3)."""
     return [rejection(getattr(command, "event_id", None), COMMAND_TYPES.get(type(command)), code, message, param)]
 
 

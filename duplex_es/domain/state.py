@@ -1,7 +1,7 @@
 """Session state: what :func:`~duplex_es.domain.evolve.evolve` rebuilds from the log.
 
 Every class is frozen; maps are plain dicts that are never mutated, only replaced. One
-:class:`Item` aggregate holds everything about a conversation item (DESIGN §4, "one item
+:class:`Item` aggregate holds everything about a conversation item (docs/protocol.md, "one item
 aggregate"); one :class:`Response` holds a response's lifecycle and its playback ledger.
 """
 
@@ -148,7 +148,7 @@ class Response:
 
     @property
     def sent_ms(self) -> int:
-        """Audio sent to the client: every accepted chunk is, after its commit (DESIGN I4)."""
+        """Audio sent to the client: every accepted chunk is, after its commit (docs/architecture.md, I4)."""
         return self.generated_ms
 
     @property
@@ -197,8 +197,8 @@ class SessionState:
     """The whole derived state of one session after its event ``seq``.
 
     ``unapplied`` are the seqs of accepted model-feeding events no tick has taken yet, in log
-    order (DESIGN I5). ``input_clock`` is the number of input samples appended since the
-    session began: the audio clock of DESIGN I12. ``last_commit_seq`` is the seq of the newest
+    order (docs/architecture.md, I5). ``input_clock`` is the number of input samples appended since the
+    session began: the audio clock of docs/architecture.md, I12. ``last_commit_seq`` is the seq of the newest
     user item (the ``playback_ack_too_late`` rule measures responses against it).
     ``retired_response_ids`` are responses whose ledger was dropped unacknowledged once a newer
     user turn made their history final; ``deferred_response`` a server VAD turn's response

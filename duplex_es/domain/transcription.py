@@ -23,7 +23,7 @@ __all__ = ["transcription_request", "transcription_verdict"]
 
 def _request_id(state: SessionState, item_id: str) -> str:
     """The id of the transcription of ``item_id`` requested after event ``state.seq``: derived
-    from ids that arrived in commands (DESIGN I2), unique in the whole log (tick ids are)."""
+    from ids that arrived in commands (docs/architecture.md, I2), unique in the whole log (tick ids are)."""
     digest = hashlib.blake2b(f"{state.session_id}/{state.seq}/{item_id}".encode("utf-8", "surrogatepass"), digest_size=12)
     return "req_tr_" + digest.hexdigest()
 

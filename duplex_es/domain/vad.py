@@ -9,7 +9,7 @@ buffer's start). It stops once ``silence_duration_ms`` of unvoiced audio followe
 ``audio_end_ms`` includes that silence (``reference/realtime-protocol.md`` §1.7).
 
 The detector is a pure function of its state and the samples, and its state after every append
-is logged with the append, so replay never runs it again (DESIGN §4, Input).
+is logged with the append, so replay never runs it again (docs/protocol.md, Input).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""World sessions: interactive AR-diffusion ticks (DESIGN §5; vLLM-Omni's tick protocol,
+"""World sessions: interactive AR-diffusion ticks (docs/world.md; vLLM-Omni's tick protocol,
 ``reference/ar-diffusion-ticks.md`` §1.2–§1.5).
 
 An interaction is *accepted* when it is not a duplicate, not at or below the floor (the highest id

@@ -8,11 +8,11 @@ Four families share the log:
   identity of the tick it answers;
 * **session reactions** the server decides on its own (``tick.issued`` for the next chunk,
   ``response.done`` after the final chunk, server VAD verdicts);
-* **time decisions** made outside the reducer, carrying the time they used (DESIGN I11):
+* **time decisions** made outside the reducer, carrying the time they used (docs/architecture.md, I11):
   ``session.detached``, ``session.resumed``, ``session.expired``.
 
 Audio travels as base64 text of the session's declared format. Positions on the audio clock are
-sample counts (DESIGN I12); milliseconds are derived from them.
+sample counts (docs/architecture.md, I12); milliseconds are derived from them.
 """
 
 from typing import Any, Optional
@@ -329,7 +329,7 @@ class SessionOpened(Event):
     """A session came into existence with its initial configuration (wire: ``session.created``).
 
     ``resume_token_hash`` is the SHA-256 hex digest of the resume token the client got with
-    ``session.created``; the token itself is never logged (DESIGN §4, Resume)."""
+    ``session.created``; the token itself is never logged (docs/protocol.md, Resume)."""
 
     session_id: str
     config: SessionConfig
@@ -341,7 +341,7 @@ class SessionUpdated(Event):
     """An accepted ``session.update``; ``config`` is the full effective configuration after it.
 
     ``model_relevant`` is true when a field the engine reads changed (instructions, voice, output
-    modalities or formats); such an update must be applied by exactly one tick (DESIGN I5).
+    modalities or formats); such an update must be applied by exactly one tick (docs/architecture.md, I5).
     ``not_applied`` names the settings of this update that were accepted and echoed but that
     nothing applies (``session.audio.input.noise_reduction``, ``session.tracing``, ...), so a
     replay shows why a setting had no effect.
@@ -390,7 +390,7 @@ class SessionResumed(Event):
 class SessionExpired(Event):
     """The session's lease ran out: ``reason`` is ``idle_ttl_expired`` or
     ``disconnect_grace_expired``; ``decided_at_ms`` the reaper's time and ``since_ms`` the last
-    activity or the detach it measured from (DESIGN I11)."""
+    activity or the detach it measured from (docs/architecture.md, I11)."""
 
     reason: str
     decided_at_ms: int
@@ -428,7 +428,7 @@ class CommandDeduplicated(Event):
 
 @event("command.rejected")
 class CommandRejected(Event):
-    """A client command that was refused. It changes no derived state (DESIGN I3).
+    """A client command that was refused. It changes no derived state (docs/architecture.md, I3).
 
     ``code`` is the error code the client can branch on, ``param`` the offending field, and
     ``excerpt`` the first bytes of a frame that could not be parsed (for debugging).
@@ -626,7 +626,7 @@ class ResponseCreated(Event):
 
 @event("tick.issued")
 class TickIssued(Event):
-    """A tick snapshot: the frozen input of one engine step (DESIGN I5).
+    """A tick snapshot: the frozen input of one engine step (docs/architecture.md, I5).
 
     ``applied_event_ids`` are the session seqs of the accepted model-feeding events this step
     applies, strictly increasing and never named by another tick. ``chunk_index`` counts the
@@ -689,13 +689,13 @@ class TickFailed(Event):
 
 @event("epoch.advanced")
 class EpochAdvanced(Event):
-    """The session's fence moved: every tick of an older epoch is dead (DESIGN I7).
+    """The session's fence moved: every tick of an older epoch is dead (docs/architecture.md, I7).
 
     ``reason`` is the cause (``client_cancelled``, ``turn_detected``, ``barge_in``,
     ``output_audio_buffer_clear``, ``client_disconnected``, ``response_failed``,
     ``session_closed``, ``session_expired``). ``cancelled_request_ids`` are the ticks in flight
     that will never be accepted; ``discarded_event_ids`` are the model-feeding events those ticks
-    would have applied (or that no tick will now apply), discarded explicitly (DESIGN I5).
+    would have applied (or that no tick will now apply), discarded explicitly (docs/architecture.md, I5).
     """
 
     epoch: int
@@ -714,7 +714,7 @@ class OutputAudioCleared(Event):
 
 @event("response.done")
 class ResponseDone(Event):
-    """A response ended; exactly one per response (DESIGN §4).
+    """A response ended; exactly one per response (docs/protocol.md).
 
     ``status`` is ``completed``, ``cancelled``, ``failed`` or ``incomplete``; ``reason`` the
     Realtime ``status_details.reason`` (``client_cancelled``, ``turn_detected``,
@@ -753,7 +753,7 @@ class PlaybackAcked(Event):
 
 
 # --------------------------------------------------------------------------------------------
-# Input transcription (its own tick kind: DESIGN §6)
+# Input transcription (its own tick kind: docs/architecture.md)
 # --------------------------------------------------------------------------------------------
 
 
@@ -801,7 +801,7 @@ class TranscriptionFailed(Event):
 
 
 #: Event types whose acceptance feeds the model: each must be applied by exactly one tick or
-#: discarded explicitly (DESIGN I5). ``session.updated`` counts only when ``model_relevant``,
+#: discarded explicitly (docs/architecture.md, I5). ``session.updated`` counts only when ``model_relevant``,
 #: ``conversation.item.truncated`` only when ``in_conversation``.
 MODEL_FEEDING: frozenset[str] = frozenset(
     {InputCommitted.TYPE, SessionUpdated.TYPE, ItemTruncated.TYPE, ItemCreated.TYPE, ItemDeleted.TYPE}

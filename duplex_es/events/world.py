@@ -1,4 +1,4 @@
-"""World-session events: interactive AR-diffusion ticks (DESIGN §5).
+"""World-session events: interactive AR-diffusion ticks (docs/world.md).
 
 A world session streams one chunk of video frames per tick. Clients send interaction events with
 their own strictly increasing integer ids; an interaction is *accepted* when it is logged and
@@ -97,7 +97,7 @@ class InteractionAccepted(Event):
 @event("world.interaction.rejected")
 class InteractionRejected(Event):
     """An interaction refused at admission (``duplicate_event``, ``stale_event``, ``queue_full``,
-    ``invalid_interaction``, ``session_failed``, ...); changes nothing (DESIGN I3)."""
+    ``invalid_interaction``, ``session_failed``, ...); changes nothing (docs/architecture.md, I3)."""
 
     event_id: Optional[int] = None
     code: str

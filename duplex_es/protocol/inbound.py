@@ -5,7 +5,7 @@ server knows, fields have the right JSON types, audio is strict base64, strings 
 :func:`command_from_realtime` raises :class:`CommandError` (code, message, param and the
 client's ``event_id``); :func:`parse_frame`, for transports, turns any problem into an
 :class:`~duplex_es.domain.commands.Invalid` command, which the session logs as rejected like every
-other refusal (DESIGN I3). Rules that need state (buffer length, active response, audio length)
+other refusal (docs/architecture.md, I3). Rules that need state (buffer length, active response, audio length)
 are the domain's.
 
 Names follow OpenAI Realtime GA (``reference/realtime-protocol.md`` §1.2) plus vLLM-Omni's
@@ -801,7 +801,7 @@ def _close(p: _P) -> Command:
 
 @attrs.frozen(kw_only=True)
 class ResumeRequest:
-    """``session.resume`` (DESIGN §4, Resume): take over ``session_id`` with the
+    """``session.resume`` (docs/protocol.md, Resume): take over ``session_id`` with the
     ``resume_token`` the server issued, and be re-sent the wire events after
     ``last_server_event_seq`` (``None``: re-send nothing). Not a session command: the
     transport acts on it before a session is bound to the connection, so it may only be the

@@ -1,4 +1,4 @@
-"""Committed log events → Realtime GA server events (DESIGN I13: the wire is a projection).
+"""Committed log events → Realtime GA server events (docs/architecture.md, I13: the wire is a projection).
 
 :func:`project` is a pure function of the log: the same log event, met in the same state (and,
 for ``conversation.item.retrieved``, the same logged audio), always gives the same wire events.
@@ -543,7 +543,7 @@ def _(ev: ResponseCreated, ctx: _Ctx) -> list[dict[str, Any]]:
 @_project.register
 def _(ev: TickOutput, ctx: _Ctx) -> list[dict[str, Any]]:
     if not classify_output(ctx.before, ev).accepted:
-        return []  # DESIGN I7: discarded output is logged, never sent
+        return []  # docs/architecture.md, I7: discarded output is logged, never sent
     after = ctx.after
     resp = after.responses.get(ev.response_id)
     if resp is None:  # released within this very event cannot happen while active

@@ -1,6 +1,6 @@
 """World sessions on the wire: ``/v1/world`` client messages → commands, committed world events →
-server messages (DESIGN §5). Registered on the same projection as speech sessions, so stamping
-and byte-exact re-sends work the same way (DESIGN I13).
+server messages (docs/world.md). Registered on the same projection as speech sessions, so stamping
+and byte-exact re-sends work the same way (docs/architecture.md, I13).
 """
 
 from __future__ import annotations

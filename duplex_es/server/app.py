@@ -60,7 +60,7 @@ def create_app(
         db: the log's database (already migrated).
         api_key: if set, clients must send ``Authorization: Bearer <api_key>``.
         poll_ms: how often the log follower polls for worker outputs while idle.
-        idle_ttl_ms, disconnect_grace_ms, reaper_interval_ms: session leases (DESIGN §4).
+        idle_ttl_ms, disconnect_grace_ms, reaper_interval_ms: session leases (docs/protocol.md).
         snapshot_every: snapshot each session's state every this many events (0: never).
         server_id, owner_ttl_ms, group_commit_window_ms: session ownership among servers
             sharing the database, and group commit (see

@@ -30,7 +30,7 @@ class LogFollower:
     """Polls the global log for new positions and calls ``catch_up`` on the affected hosts.
 
     Positions follow commit order, so remembering the last position seen never skips an event
-    (DESIGN I8). A host reads its own events by seq; the follower only says "look", and only to
+    (docs/architecture.md, I8). A host reads its own events by seq; the follower only says "look", and only to
     hosts that have not folded those events yet (most events are a host's own appends).
 
     Args:

@@ -4,7 +4,7 @@ events into server events.
 For each command the host decides against its state, appends the batch with the seq it decided
 on (retrying after catching up if a worker appended meanwhile), then folds the committed events
 and queues their projection for whoever listens. Nothing is queued before its transaction commits
-(DESIGN I4), and the state it holds is always the fold of the log up to ``state.seq`` (DESIGN I1).
+(docs/architecture.md, I4), and the state it holds is always the fold of the log up to ``state.seq`` (docs/architecture.md, I1).
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def idempotency_key(command: object) -> Optional[str]:
 
 
 def now_ms() -> int:
-    """The wall clock in Unix ms: only ever read outside the domain, and logged (DESIGN I11)."""
+    """The wall clock in Unix ms: only ever read outside the domain, and logged (docs/architecture.md, I11)."""
     return time.time_ns() // 1_000_000
 
 
@@ -294,7 +294,7 @@ class SessionHost:
         Decides and appends ``command``; on success the previous listener gets
         ``session.replaced`` and its stream ends, and the new listener's stream starts with the
         wire events after ``last_server_event_seq`` re-projected from the log (byte-identical
-        to their first sending, DESIGN I13) — or ``session.resync_required`` when the client
+        to their first sending, docs/architecture.md, I13) — or ``session.resync_required`` when the client
         claims events the log does not hold or missed more than :data:`MAX_REPLAY_EVENTS` —
         then the ``session.resumed`` of this resume. ``None`` replays nothing. Nothing is
         missed or doubled between the replay and the live stream: both happen under the lock.

@@ -3,7 +3,7 @@
 This is the Python API (``duplex_es.api``): the WebSocket transport is a thin layer over it. It
 owns the hosts of the sessions this process serves, the :class:`LogFollower` that wakes them when
 workers append outputs, and the lease reaper that expires sessions whose disconnect grace or idle
-TTL ran out, appending the time it used (DESIGN I11).
+TTL ran out, appending the time it used (docs/architecture.md, I11).
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ class DuplexSessions:
 
     Args:
         db: the log's database (migrated).
-        idle_ttl_ms: a session with no client activity for this long expires (DESIGN §4: 300 s).
+        idle_ttl_ms: a session with no client activity for this long expires (docs/protocol.md: 300 s).
         disconnect_grace_ms: a detached session not resumed within this expires (30 s).
         reaper_interval_ms: how often leases are checked.
         poll_ms: how often the log follower polls for worker outputs while idle.

@@ -1,6 +1,6 @@
 """The log: SQLAlchemy Core tables, appends, reads, the global tail and the tick queue.
 
-This layer knows events, never the domain (DESIGN §2).
+This layer knows events, never the domain (docs/architecture.md).
 """
 
 from duplex_es.store.database import Database, DatabaseNotFound, default_url, resolve_url

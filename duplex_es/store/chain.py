@@ -1,4 +1,4 @@
-"""The per-session hash chain (DESIGN I9).
+"""The per-session hash chain (docs/architecture.md, I9).
 
 Each event's hash covers the previous event's hash and everything stored about the event, so an
 edit, a deletion or a reordering anywhere in a session breaks every hash after it.

@@ -9,7 +9,7 @@ Transactions are explicit on both backends so their locking is visible here and 
   so only one connection per process ever waits on SQLite's.
 * PostgreSQL (psycopg 3) takes a transaction-level advisory lock before appending, which makes
   commit order equal position order for the global log: a reader tailing by position never
-  skips an event that commits late (DESIGN I8).
+  skips an event that commits late (docs/architecture.md, I8).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A batch of events for one session is written in one transaction: gapless ``seq``
 session, a global ``position``, a hash chained to the session's previous event, and (when given)
 an idempotency key that maps to the batch. The tick queue rows mirroring ``tick.issued`` and
 ``epoch.advanced`` are written in the same transaction, so a worker never sees a tick whose
-event did not commit (DESIGN I4).
+event did not commit (docs/architecture.md, I4).
 """
 
 from __future__ import annotations
@@ -369,7 +369,7 @@ class EventLog:
         """Events of every session with ``position > after_position``, in position order.
 
         Positions follow commit order on both backends, so a reader that remembers the last
-        position it saw never skips a committed event (DESIGN I8).
+        position it saw never skips a committed event (docs/architecture.md, I8).
         """
         return [_decode(r) for r in self.tail_raw(after_position, limit)]
 

@@ -1,6 +1,6 @@
 """Snapshot rows: folded session states, stored as opaque text with a digest.
 
-The store does not know what a state is (DESIGN §2: the store never imports the domain); it keeps
+The store does not know what a state is (docs/architecture.md: the store never imports the domain); it keeps
 ``(session, seq, reducer version) -> data`` and the SHA-256 of ``data``, so a row changed or cut
 after it was written is reported as corrupt instead of being trusted. Snapshots are a cache of the
 log: deleting any of them loses nothing.

@@ -1,6 +1,6 @@
 """The tick queue: workers claim ticks under a lease and commit outputs fenced by the claim token.
 
-Delivery is at least once; effects are exactly once (DESIGN I6):
+Delivery is at least once; effects are exactly once (docs/architecture.md, I6):
 
 * a claim gives a fresh random token and an expiry; a tick whose claim expired can be claimed
   again by any worker, which changes the token;
@@ -10,7 +10,7 @@ Delivery is at least once; effects are exactly once (DESIGN I6):
   is only acknowledged.
 
 Ticks cancelled by ``epoch.advanced`` are never handed out again; an output for one that a
-worker was already running is still logged (the reducer marks it discarded, DESIGN I7).
+worker was already running is still logged (the reducer marks it discarded, docs/architecture.md, I7).
 """
 
 from __future__ import annotations

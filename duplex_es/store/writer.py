@@ -16,7 +16,7 @@ those checks refuse a command before it writes anything, so the others commit. T
 about as many statements as one command (``EventLog.append_batch_in``). Should the database
 itself refuse a statement mid-batch, the batch is rolled back and every command is retried in a
 transaction of its own, so again only the culprit fails. Every caller learns its outcome only
-after the commit that holds its events returned (DESIGN I4).
+after the commit that holds its events returned (docs/architecture.md, I4).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The engine protocol: one tick snapshot in, one output out.
 
 Engines run on the worker side and never see the database. A GPU model plugs in here like the
-CPU reference engines: the worker's claims, fencing and commits do not change (DESIGN §6).
+CPU reference engines: the worker's claims, fencing and commits do not change (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ __all__ = [
 
 @attrs.frozen(kw_only=True)
 class TickIdentity:
-    """What an output must echo exactly to be accepted (DESIGN I5)."""
+    """What an output must echo exactly to be accepted (docs/architecture.md, I5)."""
 
     session_id: str
     request_id: str

@@ -1,7 +1,7 @@
 """The worker loop: claim a tick, run the engine, commit the output fenced by the claim.
 
 A worker needs only the database URL. While an engine step runs, a heartbeat thread extends the
-claim; if the worker dies, the claim expires and another worker takes the tick over (DESIGN I6).
+claim; if the worker dies, the claim expires and another worker takes the tick over (docs/architecture.md, I6).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 def output_events(claim: Claim, engine_name: str, out: EngineOutput) -> list[Event]:
     """The log events for an engine output: the echo comes from the engine, not the claim, so
-    an engine that answers the wrong tick is caught by the session (DESIGN I5)."""
+    an engine that answers the wrong tick is caught by the session (docs/architecture.md, I5)."""
     e = out.echo
     return [
         TickOutput(
@@ -187,7 +187,12 @@ class Worker:
         if claim is None:
             return False
         log.info(
-            "claimed %s %s (session %s, chunk %d, attempt %d)", claim.kind, claim.request_id, claim.session_id, claim.tick.chunk_index, claim.attempts
+            "claimed %s %s (session %s, %s, attempt %d)",
+            claim.kind,
+            claim.request_id,
+            claim.session_id,
+            f"item {claim.tick.item_id}" if isinstance(claim.tick, TranscriptionRequested) else f"chunk {claim.tick.chunk_index}",
+            claim.attempts,
         )
         crash_point("after_claim")
         holder = {"claim": claim}
