@@ -49,6 +49,30 @@ async def at_real_time(pcm: bytes, send) -> None:  # noqa: ANN001
             await asyncio.sleep(delay)
 
 
+class MicBuffer:
+    """What a microphone hears: speech once some is queued with :meth:`say`, silence otherwise,
+    in 20 ms frames on a real-time schedule (:meth:`frames`)."""
+
+    def __init__(self) -> None:
+        self._pending = bytearray()
+
+    def say(self, pcm: bytes) -> None:
+        self._pending.extend(pcm)
+
+    @property
+    def speaking(self) -> bool:
+        return bool(self._pending)
+
+    async def frames(self):  # noqa: ANN201 - an async iterator of 20 ms frames (bytes)
+        start, i = time.monotonic(), 0
+        while True:
+            chunk = bytes(self._pending[:FRAME_BYTES]).ljust(FRAME_BYTES, b"\0")
+            del self._pending[:FRAME_BYTES]
+            yield chunk
+            i += 1
+            await asyncio.sleep(max(0.0, start + i * 0.020 - time.monotonic()))
+
+
 async def until(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
     """Wait until ``predicate()`` holds; fail the test naming ``what`` otherwise."""
     end = time.monotonic() + timeout

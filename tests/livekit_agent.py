@@ -16,35 +16,23 @@ from livekit.agents import Agent, AgentSession, utils
 from livekit.agents.voice import io
 from livekit.plugins import openai
 
-from clients_support import FRAME_BYTES, LONG_TEXT, RATE, silence, speech, until
+from clients_support import FRAME_BYTES, LONG_TEXT, RATE, MicBuffer, silence, speech, until
 
 _SAMPLES = FRAME_BYTES // 2
 
 
-class Microphone(io.AudioInput):
+class Microphone(io.AudioInput, MicBuffer):
     """20 ms frames in real time: speech when some is queued, silence otherwise."""
 
     def __init__(self) -> None:
-        super().__init__(label="Microphone")
+        io.AudioInput.__init__(self, label="Microphone")
+        MicBuffer.__init__(self)
         self._frames = utils.aio.Chan[rtc.AudioFrame]()
-        self._pending = bytearray()
         self._task = asyncio.create_task(self._run())
 
-    def say(self, pcm: bytes) -> None:
-        self._pending.extend(pcm)
-
-    @property
-    def speaking(self) -> bool:
-        return bool(self._pending)
-
     async def _run(self) -> None:
-        start, i = time.monotonic(), 0
-        while True:
-            chunk = bytes(self._pending[:FRAME_BYTES]).ljust(FRAME_BYTES, b"\0")
-            del self._pending[:FRAME_BYTES]
+        async for chunk in self.frames():
             self._frames.send_nowait(rtc.AudioFrame(data=chunk, sample_rate=RATE, num_channels=1, samples_per_channel=_SAMPLES))
-            i += 1
-            await asyncio.sleep(max(0.0, start + i * 0.020 - time.monotonic()))
 
     async def __anext__(self) -> rtc.AudioFrame:
         return await self._frames.__anext__()
@@ -142,25 +130,25 @@ async def quickstart_conversation(base_url: str) -> dict[str, Any]:
     async def settled(what: str, timeout: float = 40) -> None:
         await until(lambda: session.agent_state == "listening" and session.current_speech is None and not mic.speaking, timeout, what)
 
+    async def reply(what: str, **kwargs: str) -> None:
+        """``generate_reply`` (LiveKit's own way to ask for one) and its reply played out."""
+        n = len(states)
+        handle = session.generate_reply(**kwargs)
+        await asyncio.wait_for(handle.wait_for_playout(), 40)
+        assert spoke_since(n), f"{what} was never spoken"
+        await settled(f"{what} to end")
+
     await session.start(agent=Assistant())
     try:
-        # 1. The quick-start's greeting: LiveKit's own "generate a reply".
-        n = len(states)
-        handle = session.generate_reply(instructions="Greet the user and offer your assistance.")
-        await asyncio.wait_for(handle.wait_for_playout(), 40)
-        assert spoke_since(n), "the greeting was never spoken"
-        await settled("the greeting to end")
+        # 1. The quick-start's greeting.
+        await reply("the greeting", instructions="Greet the user and offer your assistance.")
         # 2. A spoken turn at real time, ended by the plugin's default turn detection.
         n = len(states)
         mic.say(speech("weather_question_24k.wav") + silence(1.5))
         await until(lambda: spoke_since(n), 40, "the answer to the spoken turn")
         await settled("the answer to the spoken turn to end")
         # 3. A text turn.
-        n = len(states)
-        handle = session.generate_reply(user_input="What is the weather like in Paris today?")
-        await asyncio.wait_for(handle.wait_for_playout(), 40)
-        assert spoke_since(n), "the text turn was never answered"
-        await settled("the answer to the text turn to end")
+        await reply("the answer to the text turn", user_input="What is the weather like in Paris today?")
         # 4. Barge-in: the user talks over a long reply.
         n = len(states)
         handle = session.generate_reply(user_input=LONG_TEXT)

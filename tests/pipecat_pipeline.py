@@ -36,15 +36,15 @@ from pipecat.workers.runner import WorkerRunner
 
 from duplex_es.events import ResponseDone, SessionUpdated
 
-from clients_support import FRAME_BYTES, LONG_TEXT, RATE, silence, speech, until
+from clients_support import LONG_TEXT, RATE, MicBuffer, silence, speech, until
 
 
-class MicSource(FrameProcessor):
+class MicSource(FrameProcessor, MicBuffer):
     """A microphone: a 20 ms ``InputAudioRawFrame`` every 20 ms, speech when some is queued."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._pending = bytearray()
+        FrameProcessor.__init__(self, **kwargs)
+        MicBuffer.__init__(self)
         self._task: asyncio.Task | None = None
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
@@ -56,21 +56,9 @@ class MicSource(FrameProcessor):
             await self.cancel_task(self._task)
             self._task = None
 
-    def say(self, pcm: bytes) -> None:
-        self._pending.extend(pcm)
-
-    @property
-    def speaking(self) -> bool:
-        return bool(self._pending)
-
     async def _run(self) -> None:
-        start, i = time.monotonic(), 0
-        while True:
-            chunk = bytes(self._pending[:FRAME_BYTES]).ljust(FRAME_BYTES, b"\0")
-            del self._pending[:FRAME_BYTES]
+        async for chunk in self.frames():
             await self.push_frame(InputAudioRawFrame(audio=chunk, sample_rate=RATE, num_channels=1))
-            i += 1
-            await asyncio.sleep(max(0.0, start + i * 0.020 - time.monotonic()))
 
 
 class Speaker(BaseOutputTransport):
