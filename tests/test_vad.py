@@ -57,7 +57,10 @@ def test_verdicts_do_not_depend_on_how_appends_are_sized(chunk_ms: int):
     assert [(s.audio_start_ms, e.audio_end_ms) for s, e in zip(starts, stops)] == [(1730, 7350)]
     committed = of(events, InputCommitted)
     assert len(committed) == 1 and committed[0].item_id == starts[0].item_id == stops[0].item_id
-    assert committed[0].samples == 7350 * 24  # exactly up to the stop, wherever it fell in an append
+    # Exactly from the speech's start (its padding included) to the stop, wherever either fell in
+    # an append; the noise before it left the buffer with the turn.
+    assert (committed[0].skipped_samples, committed[0].samples) == (1730 * 24, (7350 - 1730) * 24)
+    assert h.state.buffer.start_sample == 7350 * 24
     assert len(of(events, ResponseCreated)) == 1
 
 
@@ -68,8 +71,10 @@ def test_two_utterances_in_one_append_become_two_answered_items():
     starts, stops, commits = of(events, SpeechStarted), of(events, SpeechStopped), of(events, InputCommitted)
     assert len(starts) == len(stops) == len(commits) == 2
     assert [c.item_id for c in commits] == [s.item_id for s in starts] == [s.item_id for s in stops]
-    assert commits[0].samples == stops[0].audio_end_ms * 24
-    assert commits[1].samples == (stops[1].audio_end_ms - stops[0].audio_end_ms) * 24
+    # Each from its start (padding included) to its stop; what lay before left with it.
+    for start, stop, commit in zip(starts, stops, commits):
+        assert commit.samples == (stop.audio_end_ms - start.audio_start_ms) * 24
+    assert commits[1].skipped_samples == (starts[1].audio_start_ms - stops[0].audio_end_ms) * 24
     # The second utterance interrupts the first answer, then gets its own.
     created, done = of(events, ResponseCreated), of(events, ResponseDone)
     assert len(created) == 2 and done[0].response_id == created[0].response_id and done[0].reason == "turn_detected"

@@ -73,12 +73,17 @@ def end_speech(state: SessionState) -> list[Event]:
     return [SpeechStopped(audio_end_ms=ms_of(state.input_clock, state.config.input_format.rate), item_id=state.vad.item_id or "")]
 
 
-def commit_events(state: SessionState, item_id: str, event_id: Optional[str] = None, *, up_to: Optional[int] = None) -> list[Event]:
-    """The events of a commit of the buffer (up to clock sample ``up_to``, else all of it) as
-    user item ``item_id``, or its refusal."""
+def commit_events(
+    state: SessionState, item_id: str, event_id: Optional[str] = None, *, up_to: Optional[int] = None, start: Optional[int] = None
+) -> list[Event]:
+    """The events of a commit of the buffer (from clock sample ``start`` — a server VAD turn
+    starts where its speech did, padding included; the audio before it leaves the buffer — up
+    to ``up_to``, else all of it) as user item ``item_id``, or its refusal."""
     buf = state.buffer
     rate = state.config.input_format.rate  # type: ignore[union-attr]
-    take = buf.samples if up_to is None else max(0, min(buf.samples, up_to - buf.start_sample))
+    skip = 0 if start is None else max(0, min(buf.samples, start - buf.start_sample))
+    end = buf.samples if up_to is None else max(0, min(buf.samples, up_to - buf.start_sample))
+    take = max(0, end - skip)
     if not buf.text and take * 1000 < MIN_COMMIT_MS * rate:
         return reject(
             Commit(event_id=event_id, item_id=item_id),
@@ -86,7 +91,8 @@ def commit_events(state: SessionState, item_id: str, event_id: Optional[str] = N
             f"Error committing input audio buffer: buffer too small. Expected at least {MIN_COMMIT_MS}ms of audio, "
             f"but buffer only has {take * 1000 / rate:.2f}ms of audio.",
         )
-    head, _ = split_segments(buf.segments, take)
+    _, kept = split_segments(buf.segments, skip)
+    head, _ = split_segments(kept, take)
     return [
         InputCommitted(
             client_event_id=event_id,
@@ -97,6 +103,7 @@ def commit_events(state: SessionState, item_id: str, event_id: Optional[str] = N
             text_seqs=buf.text_seqs,
             samples=take,
             text=buf.text,
+            skipped_samples=skip,
         ),
         *transcription_request(state, item_id, head),
     ]
@@ -156,7 +163,7 @@ def _(cmd: AppendAudio, state: SessionState) -> list[Event]:
             item_id = current or next(fresh)
             current = None
             batch = [SpeechStopped(audio_end_ms=ms_of(t.sample, fmt.rate), item_id=item_id)]
-            committed = commit_events(trial, item_id, up_to=t.sample)
+            committed = commit_events(trial, item_id, up_to=t.sample, start=t.start)
             if isinstance(committed[0], InputCommitted):
                 batch += committed
                 if responds:
@@ -319,12 +326,13 @@ def _(ev: InputCommitted, state: SessionState, seq: int) -> SessionState:
         input_text=ev.text,
         audio_format=cfg.input_format,
     )
-    _, rest = split_segments(state.buffer.segments, ev.samples)
+    used = ev.skipped_samples + ev.samples
+    _, rest = split_segments(state.buffer.segments, used)
     buffer = InputBuffer(
         segments=rest,
         append_seqs=tuple(dict.fromkeys(s.seq for s in rest)),
-        samples=state.buffer.samples - ev.samples,
-        start_sample=state.buffer.start_sample + ev.samples,
+        samples=state.buffer.samples - used,
+        start_sample=state.buffer.start_sample + used,
     )
     state = replace(state, buffer=buffer, unapplied=state.unapplied + (seq,), last_commit_seq=seq)
     return retire_frozen(put_item(state, item))

@@ -31,10 +31,12 @@ FRAME_MS = 10
 
 @attrs.frozen
 class Transition:
-    """``started`` at ``sample`` (prefix padding applied) or ``stopped`` at ``sample``."""
+    """``started`` at ``sample`` (prefix padding applied) or ``stopped`` at ``sample``; a stop
+    also names where its speech started (``start``, prefix padding applied)."""
 
     kind: str
     sample: int
+    start: int = 0
 
 
 def threshold_dbfs(threshold: float) -> float:
@@ -100,7 +102,7 @@ def detect(
             silence = 0 if voiced else silence_run + frame
             if silence >= silence_needed:
                 speaking, voiced_run, silence_run = False, 0, 0
-                out.append(Transition("stopped", pos))
+                out.append(Transition("stopped", pos, start_sample_))
             else:
                 silence_run = silence
     after = replace(

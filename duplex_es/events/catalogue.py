@@ -522,6 +522,8 @@ class InputCommitted(Event):
     where the speech stopped, possibly inside an append: the rest stays in the buffer);
     ``append_seqs`` / ``text_seqs`` name the appends it drew from. ``samples`` is the item's
     audio length on the input clock. ``previous_item_id`` is where the item went.
+    ``skipped_samples`` is the audio before the item that left the buffer with it: what server
+    VAD heard before the speech (and its prefix padding) began, which no item keeps.
     """
 
     client_event_id: Optional[str] = None
@@ -532,6 +534,7 @@ class InputCommitted(Event):
     text_seqs: tuple[int, ...] = ()
     samples: int = 0
     text: str = ""
+    skipped_samples: int = 0
 
 
 @event("input_audio_buffer.cleared")
