@@ -132,6 +132,10 @@ def test_model_names_of_one_engine_are_served_and_others_refused(stack):
     assert (c.error()["code"], c.state()["state"]["config"]["instructions"]) == (Code.MODEL_NOT_FOUND, "be brief")
     consistent(c, log)
     c.close()
+    # A connection naming no model (the Agents SDK's way) gets the first --model name.
+    with connect(f"ws://127.0.0.1:{port}/v1/realtime") as ws:
+        created = json.loads(ws.recv(timeout=10))
+        assert created["session"]["model"] == "gpt-realtime"
     # A connection naming a model nobody serves is told why, and opens no session.
     with connect(f"ws://127.0.0.1:{port}/v1/realtime?" + urlencode({"model": "gpt-9"})) as ws:
         ev = json.loads(ws.recv(timeout=10))

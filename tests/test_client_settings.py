@@ -176,6 +176,30 @@ def test_the_idle_timeout_answers_once_no_speech_followed_the_last_responses_aud
     assert not of(speak(h, 3000) + speak(h, 100, loud=False), TimeoutTriggered)
 
 
+def test_an_idle_timeout_set_late_fires_at_once_and_always_commits_the_item_it_names():
+    h = Harness.open()
+    speak(h, 400)
+    speak(h, 600, loud=False)
+    h.output(ms=500, final=True)
+    h.pump()
+    speak(h, 3000, loud=False)  # long quiet, no timeout configured yet
+    update(h, turn_detection={"type": "server_vad", "idle_timeout_ms": 1000})
+    fired = speak(h, 20, loud=False)
+    (t,) = of(fired, TimeoutTriggered)
+    assert t.audio_end_ms == (h.state.input_clock - 20 * 24) // 24  # at the first append after it passed
+    h.output(ms=200, final=True)
+    h.pump()
+    # The buffer cleared just before the deadline: the timeout's item still exists.
+    speak(h, 1160, loud=False)
+    from duplex_es.domain import ClearInput
+
+    h.run(ClearInput())
+    fired = speak(h, 80, loud=False)
+    (t,) = of(fired, TimeoutTriggered)
+    (committed,) = of(fired, InputCommitted)
+    assert committed.item_id == t.item_id and committed.samples > 0 and t.item_id in h.state.items
+
+
 # -------------------------------------------------------------------------------------- models
 
 
@@ -458,15 +482,27 @@ def test_input_commit_answers_the_turn_in_the_same_batch_or_after_the_active_res
         ({"audio": {"input": {"transcription": "whisper-1"}}}, Code.INVALID_EVENT, "session.audio.input.transcription"),
         ({"audio": {"output": {"speed": 3}}}, Code.INVALID_EVENT, "session.audio.output.speed"),
         ({"type": "translation"}, Code.INVALID_EVENT, "session.type"),
+        ({"tools": [{"type": "function", "name": "f"}, {"type": "function", "name": "f"}]}, Code.INVALID_TOOL, "session.tools[1].name"),
+        ({"tools": [{"type": "function", "name": f"f{i}"} for i in range(129)]}, Code.INVALID_EVENT, "session.tools"),
+        ({"tools": [{"type": "function", "name": "f", "description": "d" * 70_000}]}, Code.INVALID_EVENT, "session.tools"),
+        ({"tool_choice": {"type": "function", "name": "missing"}}, Code.INVALID_EVENT, "session.tool_choice"),
+        ({"include": ["everything"]}, Code.INVALID_EVENT, "session.include"),
+        ({"tracing": {"workflow_name": "w" * 20_000}}, Code.INVALID_EVENT, "session.tracing"),
+        ({"model": "m" * 129}, Code.INVALID_EVENT, "session.model"),
+        ({"audio": {"input": {"transcription": {"keywords": ["k"] * 101}}}}, Code.INVALID_EVENT, "session.audio.input.transcription.keywords"),
+        ({"audio": {"input": {"turn_detection": {"type": "server_vad", "k" * 100_000: 1}}}}, Code.UNSUPPORTED_TURN_DETECTION, None),
     ],
 )
 def test_bad_session_settings_get_a_coded_error_naming_the_field_and_change_nothing(session, code, param):
     h = Harness.open()
     before = h.state
     cmd = parse({"type": "session.update", "event_id": "bad", "session": {"type": "realtime", "instructions": "kept?", **session}})
-    assert isinstance(cmd, Invalid) and (cmd.code, cmd.param, cmd.event_id) == (code, param, "bad"), cmd
     rej = h.run(cmd)[0]
-    assert isinstance(rej, CommandRejected) and rej.param == param and len(rej.message) < 400
+    assert isinstance(rej, CommandRejected) and (rej.code, rej.client_event_id) == (code, "bad"), rej
+    # It names the field (a refused 100 kB key is named by its start: what a refusal stores and
+    # echoes is bounded).
+    assert rej.param == param or (param is None and rej.param.startswith("session.audio.input.turn_detection.kkk"))
+    assert len(rej.message) <= 600 and len(rej.param) <= 160
     assert h.state.config == before.config and h.state.config.instructions == ""
 
 
@@ -480,11 +516,62 @@ def test_bad_session_settings_get_a_coded_error_naming_the_field_and_change_noth
         ({"input": [5]}, Code.INVALID_EVENT, "response.input[0]"),
         ({"tool_choice": {"type": "function"}}, Code.INVALID_EVENT, "response.tool_choice"),
         ({"audio": {"output": {"speed": 0.1}}}, Code.INVALID_EVENT, "response.audio.output.speed"),
+        ({"metadata": {"": "empty key"}}, Code.INVALID_EVENT, "response.metadata"),
+        ({"input": [{"type": "message", "role": "user", "content": [{"type": "input_audio", "audio": base64.b64encode(b"abc").decode()}]}]},
+         Code.INVALID_AUDIO_LENGTH, "response.input[0].content"),
+        ({"input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "x" * 20_000}]}]},
+         Code.INPUT_TEXT_TOO_LONG, "response.input[0].content"),
+        ({"tool_choice": {"type": "function", "name": "nope"}}, Code.INVALID_EVENT, "response.tool_choice"),
     ],
 )
 def test_bad_response_options_get_a_coded_error_naming_the_field(response, code, param):
-    cmd = parse({"type": "response.create", "event_id": "r", "response": response})
-    assert isinstance(cmd, Invalid) and (cmd.code, cmd.param) == (code, param), cmd
+    h = Harness.open()
+    rej = h.run(parse({"type": "response.create", "event_id": "r", "response": response}))[0]
+    assert isinstance(rej, CommandRejected) and (rej.code, rej.param, rej.client_event_id) == (code, param, "r"), rej
+    assert not h.state.responses
+
+
+def test_nan_and_infinity_are_not_json_and_refused_before_anything_is_stored():
+    for text in ('{"type": "session.update", "session": {"tracing": {"metadata": {"x": NaN}}}}',
+                 '{"type": "session.update", "session": {"temperature": Infinity}}',
+                 '{"type": "response.create", "response": {"tools": [{"type": "function", "name": "f", "parameters": {"x": -Infinity}}]}}'):
+        cmd = parse_frame(text, new_id)
+        assert isinstance(cmd, Invalid) and cmd.code == Code.INVALID_JSON and "not a JSON number" in cmd.message
+    from duplex_es.protocol import command_from_realtime, CommandError
+
+    with pytest.raises(CommandError) as err:  # a Python caller's float('nan') too
+        command_from_realtime({"type": "session.update", "session": {"tracing": {"x": float("nan")}}}, new_id)
+    assert err.value.code == Code.INVALID_EVENT and "finite" in err.value.message
+
+
+def test_turns_committed_while_a_response_waits_join_it():
+    h = Harness.open()
+    update(h, turn_detection={"type": "server_vad", "interrupt_response": False})
+    speak(h, 400)
+    assert of(speak(h, 600, loud=False), ResponseCreated)
+    deferred = []
+    for _ in range(3):
+        deferred += of(speak(h, 400) + speak(h, 600, loud=False), ResponseDeferred)
+    assert len(deferred) == 1  # one waits; the later turns join it
+    h.run(append_cmd(300))
+    assert [e.TYPE for e in h.run(parse({"type": "input.commit", "create_response": None}))] == ["input_audio_buffer.committed"]
+    h.output(ms=100, final=True)
+    started = h.pump() + h.pump()  # the active response ends, then the waiting one starts
+    answer = of(started, ResponseCreated)[0]
+    assert answer.response_id == deferred[0].response_id
+    tick = next(e for e in started if isinstance(e, TickIssued))
+    assert tick.inputs.reply_to_item_id == h.state.last_user_item().id  # the newest turn
+
+
+def test_a_beta_client_sees_its_transcription_session_in_beta_shape():
+    from duplex_es.protocol.beta import wire_to_beta
+    from duplex_es.protocol.outbound import session_json
+    from duplex_es.events import SessionConfig
+
+    cfg = SessionConfig(model="m", session_type="transcription", transcription={"model": "whisper-1"}, temperature=0.7)
+    beta = wire_to_beta({"type": "session.updated", "session": session_json("sess_1", cfg)})["session"]
+    assert beta["object"] == "realtime.transcription_session" and beta["input_audio_transcription"] == {"model": "whisper-1"}
+    assert "temperature" not in beta and "voice" not in beta
 
 
 def test_bad_vllm_omni_fields_get_a_coded_error_naming_the_field():

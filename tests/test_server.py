@@ -179,6 +179,10 @@ def test_an_event_id_is_a_correlation_id_only_a_retry_of_the_same_command_is_ded
     assert c.recv("error")["error"]["code"] == Code.INVALID_EVENT
     c.send({"type": "input_audio_buffer.commit", "event_id": "again"})
     item_id = c.recv("input_audio_buffer.committed")["item_id"]
+    # A retry that today's state would refuse (the buffer it committed is gone) is still a
+    # retry: deduplicated, not an error.
+    c.send({"type": "input_audio_buffer.commit", "event_id": "again"})
+    assert c.recv("command.deduplicated")["client_event_id"] == "again"
     # Read-only commands answer every time (pipecat retrieves an item twice with one id).
     for _ in range(2):
         c.send({"type": "conversation.item.retrieve", "event_id": f"rci_{item_id}", "item_id": item_id})
@@ -189,7 +193,7 @@ def test_an_event_id_is_a_correlation_id_only_a_retry_of_the_same_command_is_ded
     assert [e["error"]["event_id"] for e in errors] == ["again"]  # only the malformed commit
     log = EventLog(Database(url))
     dedups = [r.event for r in log.read_session(c.session_id) if isinstance(r.event, CommandDeduplicated)]
-    assert [(d.client_event_id, d.command_type) for d in dedups] == [("same", "input_audio_buffer.append")]
+    assert [(d.client_event_id, d.command_type) for d in dedups] == [("same", "input_audio_buffer.append"), ("again", "input_audio_buffer.commit")]
 
 def test_a_dropped_connection_cancels_its_response_and_expires_after_the_grace(server):
     """Case 21 of issue 3: a disconnect during a response, no resume within the grace."""

@@ -128,3 +128,21 @@ def test_turning_vad_on_needs_a_type_and_off_ends_speech():
     append(h, (b"\x00\x40" * 24) * 500, 4800)
     events = h.run(UpdateSession(patch=SessionPatch(turn_detection=None)))
     assert [e.TYPE for e in events] == ["input_audio_buffer.speech_stopped", "session.updated"]
+
+
+@pytest.mark.parametrize("chunk_ms", [100, 500, 1000])
+@pytest.mark.parametrize("pause_ms", [150, 200, 400])
+def test_a_turn_ending_and_the_next_starting_in_one_append_pair_their_starts_and_stops(chunk_ms: int, pause_ms: int):
+    """A stop and the next start inside one append: every start has its stop, in order, and a
+    turn's padded start never reaches back into the turn before it."""
+    h = vad_session(create_response=False)
+    q = fixture("weather_question_24k.wav")
+    events = append(h, q + b"\0\0" * 24 * pause_ms + q + b"\0\0" * 24 * 1500, 48 * chunk_ms)
+    verdicts = [e for e in events if isinstance(e, (SpeechStarted, SpeechStopped))]
+    kinds = ["S" if isinstance(e, SpeechStarted) else "E" for e in verdicts]
+    assert kinds == ["S", "E"] * (len(kinds) // 2) and len(kinds) >= 4, kinds
+    for start, stop, next_start in zip(verdicts[0::2], verdicts[1::2], verdicts[2::2]):
+        assert start.item_id == stop.item_id and next_start.audio_start_ms >= stop.audio_end_ms
+    assert not h.state.vad.speaking
+    committed = of(events, InputCommitted)
+    assert [c.item_id for c in committed] == [e.item_id for e in verdicts[1::2]]

@@ -74,17 +74,24 @@ def end_speech(state: SessionState) -> list[Event]:
 
 
 def commit_events(
-    state: SessionState, item_id: str, event_id: Optional[str] = None, *, up_to: Optional[int] = None, start: Optional[int] = None
+    state: SessionState,
+    item_id: str,
+    event_id: Optional[str] = None,
+    *,
+    up_to: Optional[int] = None,
+    start: Optional[int] = None,
+    min_ms: int = MIN_COMMIT_MS,
 ) -> list[Event]:
     """The events of a commit of the buffer (from clock sample ``start`` — a server VAD turn
     starts where its speech did, padding included; the audio before it leaves the buffer — up
-    to ``up_to``, else all of it) as user item ``item_id``, or its refusal."""
+    to ``up_to``, else all of it) as user item ``item_id``, or its refusal when it holds under
+    ``min_ms`` of audio and no text."""
     buf = state.buffer
     rate = state.config.input_format.rate  # type: ignore[union-attr]
     skip = 0 if start is None else max(0, min(buf.samples, start - buf.start_sample))
     end = buf.samples if up_to is None else max(0, min(buf.samples, up_to - buf.start_sample))
     take = max(0, end - skip)
-    if not buf.text and take * 1000 < MIN_COMMIT_MS * rate:
+    if not buf.text and take * 1000 < min_ms * rate:
         return reject(
             Commit(event_id=event_id, item_id=item_id),
             Code.COMMIT_EMPTY,
@@ -176,9 +183,10 @@ def _(cmd: AppendAudio, state: SessionState) -> list[Event]:
         # holds up to the deadline (silence, as OpenAI does) and answer it.
         item_id = next(fresh)
         batch = [TimeoutTriggered(audio_start_ms=ms_of(state.idle_since_sample or 0, fmt.rate), audio_end_ms=ms_of(timeout, fmt.rate), item_id=item_id)]
-        committed = commit_events(trial, item_id, up_to=timeout)
-        if isinstance(committed[0], InputCommitted):
-            batch += committed
+        # The item the timeout names always exists: if the buffer holds too little up to the
+        # deadline (a client cleared it), it takes this append too, however short.
+        short = (timeout - trial.buffer.start_sample) * 1000 < MIN_COMMIT_MS * fmt.rate
+        batch += commit_events(trial, item_id, up_to=None if short else timeout, min_ms=0)
         if cfg.session_type == "realtime":
             batch += _respond(_fold(trial, batch), ids, item_id)
         events += [e for e in batch if e.TYPE != "command.rejected"]
@@ -198,7 +206,8 @@ def _idle_deadline(state: SessionState, samples: int) -> Optional[int]:
     if state.vad.speaking or state.active_response is not None or state.deferred_response is not None:
         return None
     deadline = state.idle_since_sample + td.idle_timeout_ms * cfg.input_format.rate // 1000  # type: ignore[union-attr]
-    return deadline if state.input_clock < deadline <= state.input_clock + samples else None
+    # A deadline already behind the clock (the timeout was set or lowered late) fires now.
+    return max(deadline, state.input_clock) if deadline <= state.input_clock + samples else None
 
 
 def _respond(state: SessionState, ids: VadIds, item_id: str) -> list[Event]:
@@ -207,7 +216,15 @@ def _respond(state: SessionState, ids: VadIds, item_id: str) -> list[Event]:
     auto = _auto_response(ids, item_id)
     if state.active_response is None:
         return start_response(state, auto)
-    return [ResponseDeferred(response_id=auto.response_id, item_id=auto.item_id, request_id=auto.request_id)]
+    return _defer(state, auto.response_id, auto.item_id, auto.request_id)
+
+
+def _defer(state: SessionState, response_id: str, item_id: str, request_id: str) -> list[Event]:
+    """A response that starts once the active one ends — unless one already waits: that one
+    answers every turn committed meanwhile (it reads the conversation when it starts)."""
+    if state.deferred_response is not None:
+        return []
+    return [ResponseDeferred(response_id=response_id, item_id=item_id, request_id=request_id)]
 
 
 def _auto_response(ids: VadIds, item_id: str) -> CreateResponse:
@@ -243,7 +260,7 @@ def _(cmd: Commit, state: SessionState) -> list[Event]:
         response_id, item_id, request_id = cmd.response_ids
         after = _fold(state, events)
         if after.active_response is not None:
-            return events + [ResponseDeferred(response_id=response_id, item_id=item_id, request_id=request_id)]
+            return events + _defer(after, response_id, item_id, request_id)
         create = CreateResponse(event_id=cmd.event_id, response_id=response_id, item_id=item_id, request_id=request_id)
         started = start_response(after, create)
         if isinstance(started[0], CommandRejected):
@@ -299,7 +316,11 @@ def _(ev: SpeechStarted, state: SessionState, seq: int) -> SessionState:
 
 @evolver.register
 def _(ev: SpeechStopped, state: SessionState, seq: int) -> SessionState:
-    # Ends speech wherever it came from: VAD (already not speaking) or a commit / clear / cancel.
+    # Ends the speech in progress if it is this one: a commit, clear or cancel cutting it short
+    # (server VAD's own stops are already in the state logged with the append, which may name
+    # a next utterance that started in the same append: that one goes on).
+    if state.vad.item_id is not None and state.vad.item_id != ev.item_id:
+        return state
     return replace(state, vad=replace(state.vad, speaking=False, voiced_run=0, silence_run=0, item_id=None))
 
 

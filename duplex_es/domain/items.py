@@ -11,9 +11,8 @@ after it) and after later turns.
 from __future__ import annotations
 
 from duplex_es.domain.commands import ROOT, CreateItem, DeleteItem, RetrieveItem, TruncateItem
-from duplex_es.domain.content import content_problem
+from duplex_es.domain.content import content_problem, size_problem
 from duplex_es.domain.errors import Code
-from duplex_es.domain.limits import MAX_BUFFER_MS, MAX_INPUT_TEXT_CHARS
 from duplex_es.domain.playback import history_transcript, maybe_release, refresh_transcripts
 from duplex_es.domain.replace import replace
 from duplex_es.domain.rules import decider, evolver, put_item, put_response, reject
@@ -39,21 +38,10 @@ def _(cmd: CreateItem, state: SessionState) -> list[Event]:
             cmd, Code.PREVIOUS_ITEM_NOT_FOUND, f"previous_item_id {str(previous)[:64]!r} is not in the conversation", "previous_item_id"
         )
     fmt = state.config.input_format  # type: ignore[union-attr]
-    text = sum(len(p.text) for p in cmd.content)
-    if text > MAX_INPUT_TEXT_CHARS:
-        return reject(
-            cmd, Code.INPUT_TEXT_TOO_LONG, f"item {cmd.item_id} holds {text} characters of text; at most {MAX_INPUT_TEXT_CHARS}", "item.content"
-        )
-    per_sample = 2 if fmt.type == "audio/pcm" else 1
-    if cmd.audio_nbytes % per_sample:
-        return reject(
-            cmd, Code.INVALID_AUDIO_LENGTH, f"{fmt.type} audio needs a multiple of {per_sample} bytes; item {cmd.item_id} has {cmd.audio_nbytes}", "item.content"
-        )
-    samples = cmd.audio_nbytes // per_sample
-    if samples * 1000 > MAX_BUFFER_MS * fmt.rate:
-        return reject(
-            cmd, Code.BUFFER_FULL, f"item {cmd.item_id} holds {samples * 1000 // fmt.rate} ms of audio; at most {MAX_BUFFER_MS // 1000} s", "item.content"
-        )
+    too_big = size_problem(fmt, cmd.content, cmd.audio_nbytes, f"item {cmd.item_id[:64]}", "item.content")
+    if too_big is not None:
+        return reject(cmd, *too_big)
+    samples = cmd.audio_nbytes // (2 if fmt.type == "audio/pcm" else 1)
     resolved = None if previous == ROOT else (previous if previous is not None else state.last_item_id)
     created = ItemCreated(
         client_event_id=cmd.event_id,
@@ -83,10 +71,10 @@ def _(cmd: DeleteItem, state: SessionState) -> list[Event]:
             cmd, Code.DELETE_INVALID_ITEM, f"Error deleting item: the item with id '{cmd.item_id[:64]}' does not exist.", "item_id"
         )
     if not item.in_conversation:
-        return reject(cmd, Code.DELETE_INVALID_ITEM, f"item {cmd.item_id} belongs to an out-of-band response, not to the conversation", "item_id")
+        return reject(cmd, Code.DELETE_INVALID_ITEM, f"item {cmd.item_id[:64]} belongs to an out-of-band response, not to the conversation", "item_id")
     if item.response_id is not None and item.response_id in state.responses and state.responses[item.response_id].active:
         return reject(
-            cmd, Code.ITEM_IN_PROGRESS, f"item {cmd.item_id} belongs to response {item.response_id}, still in progress; cancel it first", "item_id"
+            cmd, Code.ITEM_IN_PROGRESS, f"item {cmd.item_id[:64]} belongs to response {item.response_id}, still in progress; cancel it first", "item_id"
         )
     return [ItemDeleted(client_event_id=cmd.event_id, item_id=cmd.item_id)]
 

@@ -14,6 +14,7 @@ import attrs
 
 from duplex_es.audio import is_supported
 from duplex_es.domain.commands import UNSET, CloseSession, Detach, Expire, Heartbeat, Resume, TurnSignal, UpdateSession
+from duplex_es.domain.content import tool_choice_problem
 from duplex_es.domain.errors import Code
 from duplex_es.domain.input import end_speech
 from duplex_es.domain.lease import grace_still_running_out, resume_events, with_token
@@ -114,7 +115,8 @@ def merge_turn_detection(current: TurnDetection | None, patch: dict[str, Any]) -
         if key == "type":
             continue
         if key not in checks:
-            return None, (f"{_TD}.{key}", f"{key} is not a setting of {kind} (its settings: {', '.join(sorted(checks))})")
+            name = key[:64]
+            return None, (f"{_TD}.{name}", f"{name!r} is not a setting of {kind} (its settings: {', '.join(sorted(checks))})")
         ok, want = checks[key]
         if not ok(value):
             return None, (f"{_TD}.{key}", f"{key} must be {want}; got {_shown(value)}")
@@ -221,6 +223,9 @@ def _(cmd: UpdateSession, state: SessionState) -> list[Event]:
         if getattr(p, f.name) is not UNSET and f.name not in ("turn_detection", "engine")
     }
     new = replace(cfg, turn_detection=turn_detection, **changes)
+    unknown_choice = tool_choice_problem(new.tools, new.tool_choice)
+    if unknown_choice is not None:
+        return reject(cmd, Code.INVALID_EVENT, unknown_choice, "session.tool_choice")
     relevant = any(getattr(new, f) != getattr(cfg, f) for f in _MODEL_FIELDS)
     not_applied = tuple(path for name, path in NOT_APPLIED_SETTINGS.items() if getattr(p, name) is not UNSET)
     ending = end_speech(state) if turn_detection is None else []

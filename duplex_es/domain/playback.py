@@ -93,19 +93,19 @@ def _target(state: SessionState, cmd: AckPlayback) -> tuple[Optional[Response], 
     if cmd.response_id is not None:
         resp = state.responses.get(cmd.response_id)
         if resp is None and cmd.response_id in state.retired_response_ids:
-            return None, reject(cmd, Code.PLAYBACK_TOO_LATE, f"response {cmd.response_id} answered an earlier user turn and was never acknowledged; its history is final")
+            return None, reject(cmd, Code.PLAYBACK_TOO_LATE, f"response {cmd.response_id[:64]} answered an earlier user turn and was never acknowledged; its history is final")
         if resp is None:
-            return None, reject(cmd, Code.PLAYBACK_TARGET_NOT_FOUND, f"no playing or unreleased response {cmd.response_id}", "response_id")
+            return None, reject(cmd, Code.PLAYBACK_TARGET_NOT_FOUND, f"no playing or unreleased response {cmd.response_id[:64]}", "response_id")
         if cmd.item_id is not None and cmd.item_id not in resp.item_ids:
-            return None, reject(cmd, Code.PLAYBACK_ITEM_MISMATCH, f"item {cmd.item_id} does not belong to response {resp.id}", "item_id")
+            return None, reject(cmd, Code.PLAYBACK_ITEM_MISMATCH, f"item {cmd.item_id[:64]} does not belong to response {resp.id}", "item_id")
         return resp, None
     if cmd.item_id is not None:
         item = state.items.get(cmd.item_id)
         resp = state.responses.get(item.response_id) if item is not None and item.response_id else None
         if resp is None and item is not None and item.response_id in state.retired_response_ids:
-            return None, reject(cmd, Code.PLAYBACK_TOO_LATE, f"item {cmd.item_id} answered an earlier user turn and was never acknowledged; its history is final")
+            return None, reject(cmd, Code.PLAYBACK_TOO_LATE, f"item {cmd.item_id[:64]} answered an earlier user turn and was never acknowledged; its history is final")
         if resp is None:
-            return None, reject(cmd, Code.PLAYBACK_TARGET_NOT_FOUND, f"no playing assistant item {cmd.item_id}", "item_id")
+            return None, reject(cmd, Code.PLAYBACK_TARGET_NOT_FOUND, f"no playing assistant item {cmd.item_id[:64]}", "item_id")
         return resp, None
     candidates = [r for r in state.responses.values() if may_still_play(state, r)]
     if not candidates:

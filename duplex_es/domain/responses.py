@@ -15,7 +15,7 @@ import attrs
 
 from duplex_es.audio import is_supported
 from duplex_es.domain.commands import BargeIn, CancelResponse, ClearOutputAudio, CreateResponse, Pump, ResponseOptions
-from duplex_es.domain.content import content_problem
+from duplex_es.domain.content import content_problem, size_problem, tool_choice_problem
 from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_INSTRUCTIONS_CHARS, MAX_OUT_OF_BAND_RESPONSES, VOICES
 from duplex_es.domain.playback import may_still_play, maybe_release, refresh_transcripts
@@ -164,6 +164,9 @@ def _input_problem(state: SessionState, entries: tuple[ResponseInput, ...]) -> O
                 return Code.INPUT_ITEM_NOT_FOUND, f"response.input[{i}] names item {entry.item_id[:64]!r}, which does not exist", f"{path}.id"
             continue
         problem = content_problem(entry.role or "", entry.content, path)
+        if problem is None:
+            nbytes = sum(_b64_len(p.audio) for p in entry.content)
+            problem = size_problem(state.config.input_format, entry.content, nbytes, path, f"{path}.content")  # type: ignore[union-attr]
         if problem is not None:
             return problem
     return None
@@ -227,6 +230,11 @@ def start_response(state: SessionState, cmd: CreateResponse) -> list[Event]:
         problem = _input_problem(state, o.input)
         if problem is not None:
             return reject(cmd, *problem)
+    tools = cfg.tools if o.tools is None else o.tools
+    tool_choice = cfg.tool_choice if o.tool_choice is None else o.tool_choice
+    unknown_choice = tool_choice_problem(tools, tool_choice)
+    if unknown_choice is not None:
+        return reject(cmd, Code.INVALID_EVENT, unknown_choice, "response.tool_choice")
     in_conversation = o.conversation == "auto"
     max_tokens = cfg.max_output_tokens if o.max_output_tokens is None else o.max_output_tokens
     inputs = speech_inputs(
@@ -239,8 +247,8 @@ def start_response(state: SessionState, cmd: CreateResponse) -> list[Event]:
         max_output_tokens=max_tokens,
         speed=cfg.speed if o.speed is None else o.speed,
         temperature=cfg.temperature if o.temperature is None else o.temperature,
-        tools=cfg.tools if o.tools is None else o.tools,
-        tool_choice=cfg.tool_choice if o.tool_choice is None else o.tool_choice,
+        tools=tools,
+        tool_choice=tool_choice,
     )
     return [
         ResponseCreated(
@@ -336,7 +344,7 @@ def _(cmd: CancelResponse, state: SessionState) -> list[Event]:
     resp = _named_or_active(state, cmd.response_id)
     if resp is None:
         if cmd.response_id is not None:
-            return reject(cmd, Code.CANCEL_NOT_ACTIVE, f"Cancellation failed: response {cmd.response_id} is not active", "response_id")
+            return reject(cmd, Code.CANCEL_NOT_ACTIVE, f"Cancellation failed: response {cmd.response_id[:64]} is not active", "response_id")
         return reject(cmd, Code.CANCEL_NOT_ACTIVE, "Cancellation failed: no active response found")
     return cancel_events(state, [resp], cause=cmd.cause, reason="client_cancelled", event_id=cmd.event_id)
 
@@ -357,7 +365,7 @@ def _(cmd: ClearOutputAudio, state: SessionState) -> list[Event]:
         resp = state.active_response or next((r for r in reversed(list(state.responses.values())) if may_still_play(state, r)), None)
     if resp is None or not may_still_play(state, resp):
         param = "response_id" if cmd.response_id is not None else None
-        what = f"response {cmd.response_id} has no audio left to clear" if cmd.response_id is not None else "no response has audio to clear"
+        what = f"response {cmd.response_id[:64]} has no audio left to clear" if cmd.response_id is not None else "no response has audio to clear"
         return reject(cmd, Code.CANCEL_NOT_ACTIVE, f"output_audio_buffer.clear: {what}", param)
     cleared = OutputAudioCleared(client_event_id=cmd.event_id, response_id=resp.id)
     if not resp.active:

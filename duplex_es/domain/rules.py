@@ -68,16 +68,26 @@ def rejection(
     param: Optional[str] = None,
     excerpt: Optional[str] = None,
 ) -> CommandRejected:
-    """The ``command.rejected`` event for a refusal."""
+    """The ``command.rejected`` event for a refusal. Its message and ``param`` are cut to
+    :data:`MAX_MESSAGE_CHARS` / :data:`MAX_PARAM_CHARS`: they may quote what the client sent
+    (an id, a key, a value), and what a refusal stores and echoes stays bounded."""
     return CommandRejected(
         client_event_id=event_id,
         command_type=command_type,
         code=code,
-        message=message,
-        param=param,
+        message=_bounded(message, MAX_MESSAGE_CHARS),
+        param=None if param is None else _bounded(param, MAX_PARAM_CHARS),
         error_type=ERROR_TYPES.get(code, "invalid_request_error"),
         excerpt=excerpt,
     )
+
+
+#: The longest refusal message and ``param`` logged and sent (characters).
+MAX_MESSAGE_CHARS, MAX_PARAM_CHARS = 600, 160
+
+
+def _bounded(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def reject(command: object, code: str, message: str, param: Optional[str] = None) -> list[Event]:

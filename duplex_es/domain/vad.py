@@ -103,6 +103,7 @@ def detect(
             if silence >= silence_needed:
                 speaking, voiced_run, silence_run = False, 0, 0
                 out.append(Transition("stopped", pos, start_sample_))
+                buffer_start = pos  # the turn takes the buffer up to here: a next one pads from here
             else:
                 silence_run = silence
     after = replace(

@@ -108,6 +108,17 @@ def _beta_format(fmt: dict[str, Any]) -> str:
 def _beta_session(s: dict[str, Any]) -> dict[str, Any]:
     audio = s.get("audio", {})
     inp, out = audio.get("input", {}), audio.get("output", {})
+    if s.get("type") == "transcription":  # beta's transcription_session shape
+        return {
+            "id": s.get("id"),
+            "object": "realtime.transcription_session",
+            "input_audio_format": _beta_format(inp.get("format", {})),
+            "input_audio_transcription": inp.get("transcription"),
+            "input_audio_noise_reduction": inp.get("noise_reduction"),
+            "turn_detection": inp.get("turn_detection"),
+            "include": s.get("include"),
+            "duplex": s.get("duplex"),
+        }
     modalities = ["text", "audio"] if "audio" in s.get("output_modalities", []) else ["text"]
     return {
         "id": s.get("id"),

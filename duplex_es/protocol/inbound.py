@@ -20,6 +20,7 @@ import base64
 import binascii
 import hashlib
 import json
+import math
 import secrets
 from typing import Any, Callable, Mapping, Optional
 
@@ -119,7 +120,7 @@ def _shown(value: Any) -> str:
 
 
 def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
@@ -175,22 +176,31 @@ def _tool_choice_ok(v: Any) -> bool:
     return isinstance(v, dict) and v.get("type") == "mcp" and isinstance(v.get("server_label"), str)
 
 
+#: Most JSON bytes a kept setting may hold (what a session echoes and every tick carries).
+_SETTING_MAX_BYTES = {"tools": 65_536, "tracing": 16_384, "prompt": 16_384, "truncation": 4_096, "reasoning": 4_096, "noise_reduction": 1_024}
+
+#: Most tools a session or response may declare.
+MAX_TOOLS = 128
+
+#: What GA's ``include`` may name.
+_INCLUDE = frozenset({"item.input_audio_transcription.logprobs"})
+
 #: GA settings duplex_es keeps exactly as the client set them and echoes (docs/protocol.md), each
 #: with the JSON type it must have: keeping a setting is no reason to accept junk in it.
 _SETTING_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "tools": (lambda v: isinstance(v, list), "a list of tool objects"),
+    "tools": (lambda v: isinstance(v, list) and len(v) <= MAX_TOOLS, f"a list of at most {MAX_TOOLS} tool objects"),
     "tool_choice": (_tool_choice_ok, '"auto", "none", "required" or {"type": "function", "name": ...}'),
     "max_output_tokens": (lambda v: v == "inf" or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 4096), '"inf" or an integer in 1..4096'),
     "tracing": (_optional(lambda v: v == "auto" or isinstance(v, dict)), '"auto", an object or null'),
     "truncation": (lambda v: v in ("auto", "disabled") or (isinstance(v, dict) and isinstance(v.get("type"), str)), '"auto", "disabled" or an object with a type'),
-    "include": (_optional(_is_str_list), "a list of strings"),
+    "include": (_optional(lambda v: _is_str_list(v) and set(v) <= _INCLUDE), f"null or a list of {', '.join(sorted(_INCLUDE))}"),
     "prompt": (_optional(lambda v: isinstance(v, dict) and isinstance(v.get("id"), str)), "an object with a string id, or null"),
     "temperature": (lambda v: _is_number(v) and 0 <= v <= 2, "a number in [0, 2]"),
     "reasoning": (_optional(lambda v: isinstance(v, dict)), "an object or null"),
     "parallel_tool_calls": (lambda v: isinstance(v, bool), "a boolean"),
     "metadata": (
-        _optional(lambda v: isinstance(v, dict) and len(v) <= 16 and all(isinstance(x, str) and len(k) <= 64 and len(x) <= 512 for k, x in v.items())),
-        "null or an object of at most 16 string values (keys up to 64, values up to 512 characters)",
+        _optional(lambda v: isinstance(v, dict) and len(v) <= 16 and all(isinstance(x, str) and 0 < len(k) <= 64 and len(x) <= 512 for k, x in v.items())),
+        "null or an object of at most 16 string values (keys of 1-64, values up to 512 characters)",
     ),
     "noise_reduction": (
         _optional(lambda v: isinstance(v, dict) and v.get("type") in ("near_field", "far_field") and set(v) <= {"type", "strength"}
@@ -203,10 +213,10 @@ _SETTING_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
 _TRANSCRIPTION_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "model": (lambda v: isinstance(v, str) and 0 < len(v) <= 128, "a model name of 1-128 characters"),
     "language": (lambda v: isinstance(v, str) and len(v) <= 32, "a language code"),
-    "languages": (_is_str_list, "a list of language codes"),
+    "languages": (lambda v: _is_str_list(v) and len(v) <= 100 and all(len(x) <= 32 for x in v), "a list of at most 100 language codes"),
     "prompt": (lambda v: isinstance(v, str) and len(v) <= 16_384, "a string of at most 16384 characters"),
     "delay": (lambda v: v in ("minimal", "low", "medium", "high", "xhigh"), '"minimal", "low", "medium", "high" or "xhigh"'),
-    "keywords": (_is_str_list, "a list of strings"),
+    "keywords": (lambda v: _is_str_list(v) and len(v) <= 100 and all(len(x) <= 64 for x in v), "a list of at most 100 strings of up to 64 characters"),
 }
 _SESSION_SETTINGS = frozenset(
     {"tools", "tool_choice", "max_output_tokens", "tracing", "truncation", "include", "prompt", "temperature", "reasoning", "parallel_tool_calls"}
@@ -231,7 +241,8 @@ def _printable(text: str, limit: int = 200) -> str:
 
 def _bad_string(obj: Any) -> Optional[str]:
     """Why a parsed frame cannot be stored as given: a string (or key) with a NUL or a lone
-    UTF-16 surrogate (JSON escapes such as ``\\udc00`` decode to one)."""
+    UTF-16 surrogate (JSON escapes such as ``\\udc00`` decode to one), or a number that is not
+    finite (a Python caller's NaN)."""
     stack = [obj]
     while stack:
         v = stack.pop()
@@ -243,6 +254,8 @@ def _bad_string(obj: Any) -> Optional[str]:
                     return "strings must be valid Unicode (a lone UTF-16 surrogate was found)"
             if "\x00" in v:
                 return "strings must not contain NUL (\\u0000)"
+        elif isinstance(v, float) and not math.isfinite(v):
+            return "numbers must be finite (NaN and Infinity are not JSON)"
         elif isinstance(v, dict):
             stack.extend(v.keys())
             stack.extend(v.values())
@@ -271,7 +284,7 @@ def parse_frame(raw: str | bytes, new_id: IdFactory, *, dialect: str = "ga") -> 
         return Invalid(code=Code.FRAME_TOO_LARGE, message=f"frame of {size} bytes exceeds the limit of {MAX_FRAME_BYTES}")
     # The excerpt (for debugging a refusal) is only made when the frame is refused.
     try:
-        msg = json.loads(raw)
+        msg = json.loads(raw, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         return Invalid(code=Code.INVALID_JSON, message=f"frame is not valid JSON: {exc}", excerpt=_printable(raw))
     except RecursionError:
@@ -285,6 +298,12 @@ def parse_frame(raw: str | bytes, new_id: IdFactory, *, dialect: str = "ga") -> 
         if err.code in (Code.INVALID_EVENT, Code.MISSING_TYPE) and err.param is None:
             err.excerpt = _printable(raw)
         return err.as_command()
+
+
+def _no_constant(name: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity`` are not JSON (RFC 8259), though Python's parser
+    takes them: a value a client cannot parse back, nor the log's canonical JSON store."""
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _random_id(prefix: str) -> str:
@@ -432,8 +451,9 @@ class _P:
         return v
 
     def settings(self, obj: dict, names: frozenset[str] | set[str], path: str) -> dict[str, Any]:
-        """The settings of ``names`` present in ``obj``, each checked (``tools`` entry by entry),
-        as the client sent them."""
+        """The settings of ``names`` present in ``obj``, each checked (``tools`` entry by entry)
+        and bounded in size (they are kept, echoed and handed to the engine with every tick), as
+        the client sent them."""
         out: dict[str, Any] = {}
         for name in names:
             if name in obj:
@@ -441,9 +461,19 @@ class _P:
                 ok, want = _SETTING_CHECKS[name]
                 if not ok(value):
                     raise _Bad(Code.INVALID_EVENT, f"{path}.{name} must be {want}; got {_shown(value)}", f"{path}.{name}")
+                limit = _SETTING_MAX_BYTES.get(name)
+                if limit is not None and value is not None:
+                    size = len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+                    if size > limit:
+                        raise _Bad(Code.INVALID_EVENT, f"{path}.{name} holds {size} bytes of JSON; at most {limit}", f"{path}.{name}")
                 if name == "tools":
+                    seen: set[str] = set()
                     for i, tool in enumerate(value):
                         problem = _tool_problem(tool)
+                        if problem is None and tool.get("type", "function") == "function":
+                            if tool["name"] in seen:
+                                problem = ("name", f"two tools are named {tool['name']!r}")
+                            seen.add(tool["name"])
                         if problem is not None:
                             where = f"{path}.tools[{i}]" + (f".{problem[0]}" if problem[0] else "")
                             raise _Bad(Code.INVALID_TOOL, problem[1], _printable(where, 120))
@@ -527,6 +557,8 @@ def _session_update(p: _P) -> Command:
         fields["session_type"] = stype
     if "model" in s:
         fields["model"] = p.str("model", s, "session", required=True)
+        if not 0 < len(fields["model"]) <= 128:
+            raise _Bad(Code.INVALID_EVENT, f"session.model must be a name of 1-128 characters; got {len(fields['model'])}", "session.model")
     if "instructions" in s:
         fields["instructions"] = p.str("instructions", s, "session", required=True)
     if "output_modalities" in s:
@@ -607,7 +639,9 @@ def _commit(p: _P) -> Command:
     """``input_audio_buffer.commit``, or vLLM-Omni's ``input.commit``, whose ``create_response``
     defaults to true (``reference/duplex-semantics.md`` §2.1)."""
     p.keys({"final", "create_response", "is_speech"})
-    create = p.msg.get("create_response", p.alias == "input.commit")
+    create = p.msg.get("create_response")
+    if create is None:
+        create = p.alias == "input.commit"
     for key, value in (("create_response", create), ("final", p.msg.get("final")), ("is_speech", p.msg.get("is_speech"))):
         if value is not None and not isinstance(value, bool):
             raise _Bad(Code.INVALID_EVENT, f"{key} must be a boolean or null; got {_shown(value)}", key)

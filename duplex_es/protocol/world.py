@@ -22,7 +22,7 @@ from duplex_es.events import (
     WorldReset,
     WorldStarted,
 )
-from duplex_es.protocol.inbound import MAX_FRAME_BYTES, MAX_INT, CommandError, _bad_string, _printable, resume_request
+from duplex_es.protocol.inbound import MAX_FRAME_BYTES, MAX_INT, CommandError, _bad_string, _no_constant, _printable, resume_request
 from duplex_es.protocol.outbound import _Ctx, _project
 
 __all__ = ["parse_world_frame", "world_start_config", "WORLD_LIMITS", "CAMERA_SCHEMA"]
@@ -119,7 +119,7 @@ def parse_world_frame(raw: str | bytes, new_id: Callable[[str], str], now_ms: in
     if len(raw.encode("utf-8", "surrogatepass")) > MAX_FRAME_BYTES:
         return Invalid(code=Code.FRAME_TOO_LARGE, message=f"frame exceeds {MAX_FRAME_BYTES} bytes")
     try:
-        msg = json.loads(raw)
+        msg = json.loads(raw, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
         return Invalid(code=Code.INVALID_JSON, message=f"frame is not valid JSON: {exc}"[:300], excerpt=_printable(raw))
     if not isinstance(msg, dict):

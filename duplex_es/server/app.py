@@ -132,7 +132,7 @@ def create_app(
         unused = host is None
         if host is None:
             try:
-                host = await sessions.open_session(ws.query_params.get("model") or DEFAULT_MODEL)
+                host = await sessions.open_session(ws.query_params.get("model") or None)
             except ModelNotServed as err:
                 # No session exists to log this in: say why, then close (as for a bad key).
                 log.info("connection refused: %s", err)

@@ -438,9 +438,15 @@ class SessionHost:
             events = decide(self.state, command)
             if not events:
                 return []
-            if isinstance(events[0], CommandRejected):
-                # Only applied commands are keyed: a refusal changes nothing, and keying it
-                # would answer a corrected retry with the old error.
+            if isinstance(events[0], CommandRejected) and key is not None:
+                # A retry of an applied command may be refused on today's state (a commit of a
+                # buffer it emptied): it is still a retry. Otherwise refusals are not keyed: a
+                # refusal changes nothing, and keying it would answer a corrected retry with
+                # the old error.
+                prior = await asyncio.to_thread(self.log.applied_key, self.session_id, key)
+                if prior is not None:
+                    command, key = self._duplicate(command, prior), None
+                    continue
                 key = None
             self.appending_through = self.state.seq + len(events)
             try:
@@ -469,13 +475,7 @@ class SessionHost:
             if result.duplicate:
                 # A retry of an applied command (same event_id, same content): recorded, not
                 # applied again; the client got (or a resume re-sends) the first one's events.
-                command = Duplicate(
-                    event_id=getattr(command, "event_id", "") or "",
-                    command_type=COMMAND_TYPES.get(type(command)),
-                    first_seq=result.records[0].seq,
-                    last_seq=result.records[-1].seq,
-                )
-                key = None
+                command, key = self._duplicate(command, (result.records[0].seq, result.records[-1].seq)), None
                 continue
             if not isinstance(command, (Pump, Detach, Expire)):
                 rejected = isinstance(events[0], CommandRejected)
@@ -485,6 +485,12 @@ class SessionHost:
             await self._publish(result.records, quiet=quiet)
             return list(result.records)
         raise RuntimeError(f"session {self.session_id}: gave up after {MAX_RETRIES} append conflicts")
+
+    @staticmethod
+    def _duplicate(command: Command, seqs: tuple[int, int]) -> Duplicate:
+        return Duplicate(
+            event_id=getattr(command, "event_id", "") or "", command_type=COMMAND_TYPES.get(type(command)), first_seq=seqs[0], last_seq=seqs[1]
+        )
 
     async def _catch_up(self, *, adopt: bool = False) -> None:
         """Fold and publish the events appended by other processes. A ``session.resumed``

@@ -15,12 +15,15 @@ from typing import Iterable, Optional
 
 import attrs
 
-__all__ = ["DEFAULT_ENGINE", "ModelMap", "parse_model_spec"]
+__all__ = ["DEFAULT_ENGINE", "MAX_MODEL_NAME_CHARS", "ModelMap", "parse_model_spec"]
 
 #: The engine of the reference deployment: the CPU echo agent the workers run by default.
 DEFAULT_ENGINE = "duplex-es-echo"
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
+
+#: The longest model name a client may ask for.
+MAX_MODEL_NAME_CHARS = 128
 
 
 def parse_model_spec(spec: str) -> tuple[str, str]:
@@ -78,8 +81,18 @@ class ModelMap:
         return cls(names=names, fallback=fallback)
 
     def resolve(self, name: str) -> Optional[str]:
-        """The engine serving model ``name``, or ``None`` if this server does not serve it."""
+        """The engine serving model ``name``, or ``None`` if this server does not serve it (a
+        name of over 128 characters is never served)."""
+        if not 0 < len(name) <= MAX_MODEL_NAME_CHARS:
+            return None
         return self.names.get(name, self.fallback)
+
+    @property
+    def default_name(self) -> str:
+        """The model a connection that names none gets: the first ``--model`` name (the Agents
+        SDK, for one, names its model only in its first ``session.update``), else
+        :data:`DEFAULT_ENGINE`."""
+        return next(iter(self.names), DEFAULT_ENGINE)
 
     def describe(self) -> str:
         """The served names, for logs and error messages."""

@@ -183,13 +183,15 @@ class DuplexSessions:
                     pass
         await asyncio.to_thread(self.writer.close)
 
-    async def open_session(self, model: str = DEFAULT_MODEL) -> SessionHost:
-        """Create a session for ``model`` and return its handle, with a listener attached. Its
+    async def open_session(self, model: Optional[str] = None) -> SessionHost:
+        """Create a session for ``model`` (``None``: the model map's default name) and return
+        its handle, with a listener attached. Its
         first event, ``session.created``, carries the ``resume_token`` a client needs to resume it.
 
         Raises:
             ModelNotServed: the model map serves no such name (nothing was logged).
         """
+        model = model or self.models.default_name
         engine = self.models.resolve(model)
         if engine is None:
             raise ModelNotServed(model, self.models)

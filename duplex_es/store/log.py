@@ -353,6 +353,12 @@ class EventLog:
             )
             return [_decode(_raw(r)) for r in rows]
 
+    def applied_key(self, session_id: str, key: str) -> tuple[int, int] | None:
+        """The ``(first_seq, last_seq)`` a batch appended under idempotency ``key`` wrote in the
+        session, or ``None`` if no batch used it."""
+        with self.db.read() as conn:
+            return self._sql.known_keys(driver_connection(conn), [session_id], [key]).get((session_id, key))
+
     def read_raw(self, session_id: str) -> list[RawRecord]:
         """A session's stored rows, undecoded, in seq order."""
         with self.db.read() as conn:

@@ -246,7 +246,13 @@ class Worker:
             try:
                 holder["claim"] = self.queue.extend(holder["claim"], ttl_ms=self.claim_ttl_ms)
             except ClaimLost:
-                log.warning("lost the claim on %s while running it", holder["claim"].request_id)
+                request_id = holder["claim"].request_id
+                row = self.queue.status(request_id)
+                if row is not None and row["status"] == "cancelled":
+                    # A barge-in or cancel fenced it: its output is logged and discarded.
+                    log.info("tick %s was cancelled while it ran (the session moved on)", request_id)
+                else:
+                    log.warning("lost the claim on %s while running it (%s)", request_id, row["status"] if row else "no row")
                 return
 
     def run(self) -> None:
