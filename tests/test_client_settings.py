@@ -14,8 +14,6 @@ from openai.types.realtime import RealtimeServerEvent
 from pydantic import TypeAdapter
 
 from duplex_es.domain import (
-    UNSET,
-    AckPlayback,
     AppendAudio,
     AppendText,
     CloseSession,
@@ -27,9 +25,7 @@ from duplex_es.domain import (
     SessionPatch,
     UpdateSession,
     VadIds,
-    decide,
 )
-from duplex_es.domain.commands import ResponseOptions
 from duplex_es.events import (
     CommandRejected,
     ContentPart,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest

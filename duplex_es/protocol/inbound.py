@@ -706,7 +706,6 @@ def _response_input(p: _P, value: Any) -> tuple[ResponseInput, ...]:
     if len(value) > MAX_RESPONSE_INPUT_ITEMS:
         raise _Bad(Code.INVALID_EVENT, f"response.input holds {len(value)} items; at most {MAX_RESPONSE_INPUT_ITEMS}", "response.input")
     out = []
-    audio_bytes = 0
     for i, entry in enumerate(value):
         path = f"response.input[{i}]"
         if not isinstance(entry, dict):
@@ -716,8 +715,7 @@ def _response_input(p: _P, value: Any) -> tuple[ResponseInput, ...]:
             ref = p.str("id", entry, path, required=True)
             out.append(ResponseInput(item_id=ref))
             continue
-        role, parts, nbytes, _ = _message(p, entry, path)
-        audio_bytes += nbytes
+        role, parts, _, _ = _message(p, entry, path)
         out.append(ResponseInput(role=role, content=parts))
     return tuple(out)
 
