@@ -30,13 +30,13 @@ __all__ = ["run_demo", "default_audio"]
 
 def default_audio() -> Path:
     """The shared fixture: "Hi there. Can you tell me what the weather will be like in Lisbon
-    tomorrow afternoon?" (24 kHz PCM16), found beside the checkout in ``../shared``."""
+    tomorrow afternoon?" (24 kHz PCM16), found in the ``shared`` folder beside the checkout."""
     root = Path(__file__).resolve().parents[2]
     for base in (root.parent / "shared", root / "shared", Path.cwd().parent / "shared"):
         path = base / "fixtures" / "audio" / "weather_question_24k.wav"
         if path.exists():
             return path
-    raise FileNotFoundError("../shared/fixtures/audio/weather_question_24k.wav not found; pass --audio FILE.wav")
+    raise FileNotFoundError("shared/fixtures/audio/weather_question_24k.wav not found beside the checkout (nor in it); pass --audio FILE.wav")
 
 
 def run_demo(
