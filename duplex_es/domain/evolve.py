@@ -12,9 +12,8 @@ from typing import Iterable
 # Importing the concern modules registers their evolvers.
 from duplex_es.domain import input as _input, items as _items, lease as _lease, lifecycle as _lifecycle  # noqa: F401
 from duplex_es.domain import playback as _playback, responses as _responses, transcription as _transcription  # noqa: F401
-from duplex_es.domain.replace import replace
 from duplex_es.domain.world import WorldState
-from duplex_es.domain.rules import evolver
+from duplex_es.domain.rules import apply
 from duplex_es.domain.state import SessionState
 from duplex_es.events import Event, WorldStarted
 
@@ -35,9 +34,7 @@ def evolve(state: SessionState | WorldState, seq: int, event: Event) -> SessionS
     """
     if isinstance(event, WorldStarted) and state.status == "new" and not isinstance(state, WorldState):
         state = WorldState()
-    new = evolver(event, state, seq)
-    # An evolver on the hot path sets ``seq`` in the copy it makes anyway (one copy, not two).
-    return new if new.seq == seq else replace(new, seq=seq)
+    return apply(state, seq, event)
 
 
 def fold(events: Iterable[tuple[int, Event]], state: SessionState | WorldState | None = None) -> SessionState | WorldState:

@@ -24,7 +24,7 @@ from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_BUFFER_MS, MAX_INPUT_TEXT_CHARS, MIN_COMMIT_MS
 from duplex_es.domain.replace import replace
 from duplex_es.domain.responses import cancel_events, retire_frozen, start_response
-from duplex_es.domain.rules import decider, evolver, put_item, reject
+from duplex_es.domain.rules import decider, evolver, fold_after, put_item, reject
 from duplex_es.domain.state import InputBuffer, Item, SessionState
 from duplex_es.domain.transcription import transcription_request
 from duplex_es.domain.vad import FRAME_MS, detect
@@ -116,12 +116,6 @@ def commit_events(
     ]
 
 
-def _fold(state: SessionState, events: list[Event]) -> SessionState:
-    from duplex_es.domain.evolve import fold  # local: evolve imports every concern module
-
-    return fold(((state.seq + i + 1, e) for i, e in enumerate(events)), state)
-
-
 @decider.register
 def _(cmd: AppendAudio, state: SessionState) -> list[Event]:
     cfg = state.config
@@ -156,7 +150,7 @@ def _(cmd: AppendAudio, state: SessionState) -> list[Event]:
     fresh = iter([ids.item_id] + [f"{ids.item_id}_{n}" for n in range(1, len(transitions) + 2)])
     events: list[Event] = [appended]
     timeout = _idle_deadline(state, samples) if not transitions else None
-    trial = _fold(state, events) if transitions or timeout is not None else state  # what the transitions are decided on
+    trial = fold_after(state, events) if transitions or timeout is not None else state  # what the transitions are decided on
     current = state.vad.item_id
     responds = td.create_response and cfg.session_type == "realtime"
     for t in transitions:
@@ -174,9 +168,9 @@ def _(cmd: AppendAudio, state: SessionState) -> list[Event]:
             if isinstance(committed[0], InputCommitted):
                 batch += committed
                 if responds:
-                    batch += _respond(_fold(trial, batch), ids, item_id)
+                    batch += _respond(fold_after(trial, batch), ids, item_id)
             # else: under 100 ms of speech is not a turn; its audio stays in the buffer.
-        trial = _fold(trial, batch)
+        trial = fold_after(trial, batch)
         events += [e for e in batch if e.TYPE != "command.rejected"]
     if timeout is not None:
         # No speech for idle_timeout_ms after the last response's audio: commit what the buffer
@@ -188,7 +182,7 @@ def _(cmd: AppendAudio, state: SessionState) -> list[Event]:
         short = (timeout - trial.buffer.start_sample) * 1000 < MIN_COMMIT_MS * fmt.rate
         batch += commit_events(trial, item_id, up_to=None if short else timeout, min_ms=0)
         if cfg.session_type == "realtime":
-            batch += _respond(_fold(trial, batch), ids, item_id)
+            batch += _respond(fold_after(trial, batch), ids, item_id)
         events += [e for e in batch if e.TYPE != "command.rejected"]
     # The logged VAD state names the utterance still in progress at the end of the append.
     events[0] = replace(appended, vad=replace(vad, item_id=current if vad.speaking else None))
@@ -258,7 +252,7 @@ def _(cmd: Commit, state: SessionState) -> list[Event]:
         # vLLM-Omni's input.commit answers the turn in the same batch: at once, or as soon as
         # the response holding the conversation ends (as server VAD does); else refused whole.
         response_id, item_id, request_id = cmd.response_ids
-        after = _fold(state, events)
+        after = fold_after(state, events)
         if after.active_response is not None:
             return events + _defer(after, response_id, item_id, request_id)
         create = CreateResponse(event_id=cmd.event_id, response_id=response_id, item_id=item_id, request_id=request_id)

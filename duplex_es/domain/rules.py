@@ -17,7 +17,7 @@ from duplex_es.domain.replace import replace
 from duplex_es.domain.state import Item, Response, SessionState
 from duplex_es.events import CommandRejected, Event
 
-__all__ = ["COMMAND_TYPES", "decider", "evolver", "reject", "rejection", "put_item", "put_response"]
+__all__ = ["COMMAND_TYPES", "decider", "evolver", "apply", "fold_after", "reject", "rejection", "put_item", "put_response"]
 
 #: Wire name of each command, recorded in ``command.rejected.command_type``.
 COMMAND_TYPES: dict[type, str] = {
@@ -58,6 +58,22 @@ def decider(command: object, state: SessionState) -> list[Event]:
 def evolver(event: Event, state: SessionState, seq: int) -> SessionState:
     """Apply ``event`` (registered per event class)."""
     raise TypeError(f"the speech reducer does not handle {type(event).__name__} ({event.TYPE})")
+
+
+def apply(state: SessionState, seq: int, event: Event) -> SessionState:
+    """``event``, logged at ``seq``, applied by its registered evolver (the state's ``seq``
+    set). :func:`~duplex_es.domain.evolve.evolve` is this plus the start of a world session."""
+    new = evolver(event, state, seq)
+    # An evolver on the hot path sets ``seq`` in the copy it makes anyway (one copy, not two).
+    return new if new.seq == seq else replace(new, seq=seq)
+
+
+def fold_after(state: SessionState, events: list[Event]) -> SessionState:
+    """``state`` with ``events`` applied as the next seqs: what a decider that emits several
+    events decides the later ones on."""
+    for event in events:
+        state = apply(state, state.seq + 1, event)
+    return state
 
 
 def rejection(
