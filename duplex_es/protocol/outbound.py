@@ -71,6 +71,7 @@ __all__ = [
     "usage_json",
     "turn_detection_json",
     "EXTENSION_EVENT_TYPES",
+    "SILENT_EVENT_TYPES",
     "MAX_AUDIO_DELTA_BYTES",
     "MAX_RETRIEVED_AUDIO_BYTES",
 ]
@@ -88,6 +89,25 @@ EXTENSION_EVENT_TYPES = frozenset(
         "session.heartbeat_ack",
         "turn.event",
         "command.deduplicated",
+    }
+)
+
+#: Log events that are deliberately not on the wire (every other event type has a projection;
+#: ``tests/test_tables.py`` checks both): ticks and their failures are between the session and
+#: its workers (a failure reaches the client as its response's ``response.done``), an epoch
+#: change is seen through the ``response.done`` it causes, typed text and a deferred response
+#: through the commit and ``response.created`` that use them, a detach has nobody to tell.
+SILENT_EVENT_TYPES = frozenset(
+    {
+        "tick.issued",
+        "tick.failed",
+        "world.tick.issued",
+        "world.tick.failed",
+        "transcription.requested",
+        "epoch.advanced",
+        "input.text.appended",
+        "response.deferred",
+        "session.detached",
     }
 )
 
@@ -360,7 +380,7 @@ _TAKEOVER_REFUSALS = frozenset({Code.RESUME_CONFLICT, Code.RESUME_TOKEN_INVALID,
 
 @singledispatch
 def _project(event: Event, ctx: _Ctx) -> list[dict[str, Any]]:
-    return []  # appends, ticks, epoch changes and detaches are not on the wire
+    return []  # SILENT_EVENT_TYPES: not on the wire
 
 
 @_project.register
