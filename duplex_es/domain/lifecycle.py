@@ -21,7 +21,7 @@ from duplex_es.domain.lease import grace_still_running_out, resume_events, with_
 from duplex_es.domain.limits import MAX_INSTRUCTIONS_CHARS, VOICES
 from duplex_es.domain.replace import replace
 from duplex_es.domain.responses import cancel_events
-from duplex_es.domain.rules import decider, evolver, reject
+from duplex_es.domain.rules import decider, evolver, reject, shown
 from duplex_es.domain.state import SessionState
 from duplex_es.events import (
     CommandDeduplicated,
@@ -119,15 +119,9 @@ def merge_turn_detection(current: TurnDetection | None, patch: dict[str, Any]) -
             return None, (f"{_TD}.{name}", f"{name!r} is not a setting of {kind} (its settings: {', '.join(sorted(checks))})")
         ok, want = checks[key]
         if not ok(value):
-            return None, (f"{_TD}.{key}", f"{key} must be {want}; got {_shown(value)}")
+            return None, (f"{_TD}.{key}", f"{key} must be {want}; got {shown(value)}")
         changes[key] = float(value) if key == "threshold" else value
     return replace(base, **changes), None
-
-
-def _shown(value: Any) -> str:
-    """A refused value as a message shows it: JSON-like, at most 64 characters."""
-    text = repr(value)
-    return text if len(text) <= 64 else text[:61] + "..."
 
 
 @decider.register
@@ -212,7 +206,7 @@ def _(cmd: UpdateSession, state: SessionState) -> list[Event]:
         return reject(
             cmd,
             Code.INVALID_EVENT,
-            f'transcript_on_truncate must be "heard_prefix" or "remove"; got {_shown(p.transcript_on_truncate)}',
+            f'transcript_on_truncate must be "heard_prefix" or "remove"; got {shown(p.transcript_on_truncate)}',
             "session.duplex.transcript_on_truncate",
         )
     if p.acknowledge_appends is not UNSET and not isinstance(p.acknowledge_appends, bool):

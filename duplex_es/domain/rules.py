@@ -8,6 +8,7 @@ registers the deciders of its commands and the evolvers of its events here; ``de
 
 from __future__ import annotations
 
+import json
 from functools import singledispatch
 from typing import Optional
 
@@ -17,7 +18,7 @@ from duplex_es.domain.replace import replace
 from duplex_es.domain.state import Item, Response, SessionState
 from duplex_es.events import CommandRejected, Event
 
-__all__ = ["COMMAND_TYPES", "decider", "evolver", "apply", "fold_after", "reject", "rejection", "put_item", "put_response"]
+__all__ = ["COMMAND_TYPES", "decider", "evolver", "apply", "fold_after", "reject", "rejection", "shown", "put_item", "put_response"]
 
 #: Wire name of each command, recorded in ``command.rejected.command_type``.
 COMMAND_TYPES: dict[type, str] = {
@@ -74,6 +75,16 @@ def fold_after(state: SessionState, events: list[Event]) -> SessionState:
     for event in events:
         state = apply(state, state.seq + 1, event)
     return state
+
+
+def shown(value: object) -> str:
+    """A refused value as a refusal's message quotes it: its JSON (ASCII, so always storable),
+    cut to 64 characters."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 64 else text[:61] + "..."
 
 
 def rejection(

@@ -52,6 +52,7 @@ from duplex_es.domain.commands import (
     VadIds,
 )
 from duplex_es.domain.errors import Code
+from duplex_es.domain.rules import shown
 from duplex_es.events import AudioFormat, ContentPart, ResponseInput
 
 __all__ = [
@@ -108,15 +109,6 @@ class CommandError(ValueError):
         return Invalid(
             event_id=self.event_id, command_type=self.command_type, code=self.code, message=self.message, param=self.param, excerpt=self.excerpt
         )
-
-
-def _shown(value: Any) -> str:
-    """A refused value as an error message quotes it: its JSON, at most 64 characters."""
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return _printable(text, 61) + ("..." if len(text) > 61 else "")
 
 
 def _is_number(v: Any) -> bool:
@@ -460,7 +452,7 @@ class _P:
                 value = obj[name]
                 ok, want = _SETTING_CHECKS[name]
                 if not ok(value):
-                    raise _Bad(Code.INVALID_EVENT, f"{path}.{name} must be {want}; got {_shown(value)}", f"{path}.{name}")
+                    raise _Bad(Code.INVALID_EVENT, f"{path}.{name} must be {want}; got {shown(value)}", f"{path}.{name}")
                 limit = _SETTING_MAX_BYTES.get(name)
                 if limit is not None and value is not None:
                     size = len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
@@ -553,7 +545,7 @@ def _session_update(p: _P) -> Command:
     if "type" in s:
         stype = s["type"]
         if stype not in ("realtime", "transcription"):
-            raise _Bad(Code.INVALID_EVENT, f"session.type {_shown(stype)} is not supported; use 'realtime' or 'transcription'", "session.type")
+            raise _Bad(Code.INVALID_EVENT, f"session.type {shown(stype)} is not supported; use 'realtime' or 'transcription'", "session.type")
         fields["session_type"] = stype
     if "model" in s:
         fields["model"] = p.str("model", s, "session", required=True)
@@ -608,14 +600,14 @@ def _transcription(p: _P, value: Any) -> Optional[dict]:
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise _Bad(Code.INVALID_EVENT, f"{path} must be an object or null; got {_shown(value)}", path)
+        raise _Bad(Code.INVALID_EVENT, f"{path} must be an object or null; got {shown(value)}", path)
     for key, v in value.items():
         check = _TRANSCRIPTION_KEYS.get(key)
         if check is None:
             where = _printable(f"{path}.{key}", 120)
             raise _Bad(Code.INVALID_EVENT, f"unknown parameter {where!r} (known: {', '.join(sorted(_TRANSCRIPTION_KEYS))})", where)
         if not check[0](v):
-            raise _Bad(Code.INVALID_EVENT, f"{path}.{key} must be {check[1]}; got {_shown(v)}", f"{path}.{key}")
+            raise _Bad(Code.INVALID_EVENT, f"{path}.{key} must be {check[1]}; got {shown(v)}", f"{path}.{key}")
     return value
 
 
@@ -625,7 +617,7 @@ def _append(p: _P) -> Command:
     raw = _strict_b64(audio, "audio")  # type: ignore[arg-type]
     is_speech = p.msg.get("is_speech")
     if is_speech is not None and not isinstance(is_speech, bool):
-        raise _Bad(Code.INVALID_EVENT, f"is_speech must be a boolean or null; got {_shown(is_speech)}", "is_speech")
+        raise _Bad(Code.INVALID_EVENT, f"is_speech must be a boolean or null; got {shown(is_speech)}", "is_speech")
     ids = VadIds(item_id=p.new_id("item"), response_id=p.new_id("resp"), response_item_id=p.new_id("item"), request_id=p.new_id("req"))
     return AppendAudio(**p.common(), audio=audio, nbytes=len(raw), vad_ids=ids, is_speech=is_speech)  # type: ignore[arg-type]
 
@@ -644,7 +636,7 @@ def _commit(p: _P) -> Command:
         create = p.alias == "input.commit"
     for key, value in (("create_response", create), ("final", p.msg.get("final")), ("is_speech", p.msg.get("is_speech"))):
         if value is not None and not isinstance(value, bool):
-            raise _Bad(Code.INVALID_EVENT, f"{key} must be a boolean or null; got {_shown(value)}", key)
+            raise _Bad(Code.INVALID_EVENT, f"{key} must be a boolean or null; got {shown(value)}", key)
     ids = (p.new_id("resp"), p.new_id("item"), p.new_id("req")) if create else None
     return Commit(**p.common(), item_id=p.new_id("item"), create_response=bool(create), response_ids=ids, final=p.msg.get("final"))
 
@@ -675,7 +667,7 @@ def _response_create(p: _P) -> Command:
         opts["instructions"] = p.str("instructions", r, "response")
     conv = r.get("conversation", "auto")
     if not isinstance(conv, str):
-        raise _Bad(Code.INVALID_EVENT, f"response.conversation must be 'auto' or 'none'; got {_shown(conv)}", "response.conversation")
+        raise _Bad(Code.INVALID_EVENT, f"response.conversation must be 'auto' or 'none'; got {shown(conv)}", "response.conversation")
     opts["conversation"] = conv
     audio = p.obj("audio", r, "response")
     if audio is not None:
@@ -702,7 +694,7 @@ def _response_input(p: _P, value: Any) -> tuple[ResponseInput, ...]:
     (``{"type": "item_reference", "id": ...}``) and inline ``message`` items, in order; ``[]``
     is an empty context."""
     if not isinstance(value, list):
-        raise _Bad(Code.INVALID_EVENT, f"response.input must be a list of items; got {_shown(value)}", "response.input")
+        raise _Bad(Code.INVALID_EVENT, f"response.input must be a list of items; got {shown(value)}", "response.input")
     if len(value) > MAX_RESPONSE_INPUT_ITEMS:
         raise _Bad(Code.INVALID_EVENT, f"response.input holds {len(value)} items; at most {MAX_RESPONSE_INPUT_ITEMS}", "response.input")
     out = []
