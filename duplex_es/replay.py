@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import attrs
 
-from duplex_es.domain import SessionState, classify_output, evolve
-from duplex_es.domain.world import WorldState, world_verdict
-from duplex_es.domain.transcription import transcription_verdict
+from duplex_es.domain import evolve, kind_of, new_state
+from duplex_es.domain.world import world_verdict
 from duplex_es.events import (
     CommandDeduplicated,
     TimeoutTriggered,
@@ -53,6 +52,8 @@ from duplex_es.events import (
     TickFailed,
     TickIssued,
     TickOutput,
+    TickAnswer,
+    TickRequest,
 )
 from duplex_es.store import EventLog
 
@@ -76,30 +77,23 @@ class Replay:
     """A session rebuilt up to ``state.seq``: the state and the timeline that led to it."""
 
     session_id: str
-    state: SessionState | WorldState
+    state: Any
     timeline: tuple[TimelineRow, ...]
     head: int
 
 
-def verdict_of(before: SessionState | WorldState, ev: Event) -> str:
+def verdict_of(before: Any, ev: Event) -> str:
     """``accepted``, ``rejected: <code>``, ``discarded: <reason>`` or ``decided`` (session reactions)."""
     if isinstance(ev, (CommandRejected, InteractionRejected)):
         return f"rejected: {ev.code}"
-    if isinstance(ev, (WorldChunk, WorldTickFailed)):
-        v = world_verdict(before, ev)  # type: ignore[arg-type]
-        return {"accepted": "accepted", "discarded": "discarded: cancelled_tick", "rejected": "rejected: identity_mismatch"}[v]
-    if isinstance(ev, (WorldTickIssued, WorldFailed)):
-        return "decided"
-    if isinstance(ev, (TickOutput, TickFailed)):
-        v = classify_output(before, ev)
+    if isinstance(ev, TickAnswer):
+        v = kind_of(before).judge(before, ev)
         return v.kind if v.accepted else f"{v.kind}: {v.reason}"
-    if isinstance(ev, (TranscriptionCompleted, TranscriptionFailed)):
-        why = transcription_verdict(before, ev)  # type: ignore[arg-type]
-        return "accepted" if why == "accepted" else f"discarded: {why}"
+    if isinstance(ev, (TickRequest, WorldFailed)):
+        return "decided"
     if isinstance(ev, CommandDeduplicated):
         return "deduplicated"
     decided = (
-        TickIssued,
         EpochAdvanced,
         SpeechStarted,
         SpeechStopped,
@@ -107,7 +101,6 @@ def verdict_of(before: SessionState | WorldState, ev: Event) -> str:
         SessionExpired,
         ResponseDeferred,
         TimeoutTriggered,
-        TranscriptionRequested,
     )
     if isinstance(ev, decided) or (isinstance(ev, (ResponseDone, InputCommitted, ResponseCreated)) and ev.client_event_id is None):
         return "decided"
@@ -244,7 +237,7 @@ def replay(log: EventLog, session_id: str, *, at: Optional[int] = None) -> Repla
     records = log.read_session(session_id)
     if not records:
         raise KeyError(session_id)
-    state: SessionState | WorldState = SessionState()
+    state: Any = new_state()
     rows = []
     for r in records:
         if at is not None and r.seq > at:
@@ -294,7 +287,7 @@ def rerender(log: EventLog, session_id: str, out_dir: Optional[str] = None) -> R
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
     ticks = {r.event.request_id: r.event for r in records if isinstance(r.event, WorldTickIssued)}
-    state: SessionState | WorldState = SessionState()
+    state: Any = new_state()
     frames, mismatches, skipped, written = 0, [], [], []
     for r in records:
         ev = r.event

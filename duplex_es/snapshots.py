@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Optional, Union
+from typing import Any, Optional
 
 import attrs
 
-from duplex_es.domain import REDUCER_VERSION, SessionState, fold
-from duplex_es.domain.world import WorldState
+from duplex_es.domain import REDUCER_VERSION, fold, kind_of, named, new_state
 from duplex_es.events.codec import converter
 from duplex_es.store import EventLog, Recorded, SnapshotStore
 
@@ -26,7 +25,8 @@ __all__ = ["State", "LoadedState", "encode_state", "decode_state", "load_state",
 
 log = logging.getLogger(__name__)
 
-State = Union[SessionState, WorldState]
+#: A session state of any kind (see :mod:`duplex_es.domain.kinds`).
+State = Any
 
 
 def encode_state(state: State) -> str:
@@ -35,8 +35,7 @@ def encode_state(state: State) -> str:
     Keys keep their order: the reducer iterates some dicts (responses, ticks) in insertion order,
     so a snapshot with sorted keys would load into a state that compares equal but later folds
     differently. (``make chaos`` found exactly that.)"""
-    kind = "world" if isinstance(state, WorldState) else "speech"
-    return json.dumps({"kind": kind, "state": converter.unstructure(state)}, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps({"kind": kind_of(state).name, "state": converter.unstructure(state)}, separators=(",", ":"), ensure_ascii=False)
 
 
 def decode_state(data: str) -> State:
@@ -47,8 +46,7 @@ def decode_state(data: str) -> State:
     """
     try:
         doc = json.loads(data)
-        cls = {"speech": SessionState, "world": WorldState}[doc["kind"]]
-        return converter.structure(doc["state"], cls)
+        return converter.structure(doc["state"], named(doc["kind"]).state_type)
     except Exception as exc:  # json, key and cattrs errors alike
         raise ValueError(f"unreadable snapshot: {str(exc)[:200]}") from exc
 
@@ -88,7 +86,7 @@ def load_state(
     Raises:
         duplex_es.store.StoredEventError: an event cannot be decoded (its position and type named).
     """
-    base: State = SessionState()
+    base: State = new_state()
     base_seq = 0
     skipped = 0
     if snapshots is not None:

@@ -44,7 +44,7 @@ from duplex_es.events import (
     TurnDetection,
 )
 from duplex_es.protocol import parse_frame
-from duplex_es.protocol.outbound import project
+from duplex_es.protocol import project
 
 from harness import Harness, append_cmd, nid, pcm
 

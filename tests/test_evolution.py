@@ -15,7 +15,8 @@ import sqlalchemy as sa
 
 from duplex_es.audit import audit_session
 from duplex_es.domain import OpenSession, SessionState, decide
-from duplex_es.domain.rules import evolver
+from duplex_es.domain.kinds import speech
+from duplex_es.domain.rules import keep
 from duplex_es.events import encode, event, register_upcaster
 from duplex_es.events.base import Event
 from duplex_es.export import export_lines
@@ -40,9 +41,10 @@ class Note(Event):
 register_upcaster("test.note", 1, lambda d: {"body": d["text"], "lang": "en"})
 
 
-@evolver.register
-def _(ev: Note, state, seq: int):  # type: ignore[no-untyped-def]
-    return state  # a note changes no state
+@pytest.fixture(autouse=True)
+def _note_changes_no_state(monkeypatch):  # type: ignore[no-untyped-def]
+    """A speech session folds a note as an event that changes nothing (for this module only)."""
+    monkeypatch.setitem(speech.EVOLVERS, Note, keep)
 
 
 def write_rows(log: EventLog, session_id: str, rows: list[tuple[str, int, str]]) -> None:

@@ -15,7 +15,7 @@ from pydantic import TypeAdapter
 from duplex_es.domain import AckPlayback, AppendAudio, CancelResponse, Code, CreateResponse, Invalid, TruncateItem, UpdateSession
 from duplex_es.events import AudioFormat
 from duplex_es.protocol import EXTENSION_EVENT_TYPES, parse_frame, split_server_event_seq
-from duplex_es.protocol.outbound import project
+from duplex_es.protocol import project
 
 from harness import Harness
 

@@ -5,14 +5,10 @@ silently (an event never sent, a command never decided)."""
 
 from __future__ import annotations
 
-import duplex_es.domain  # noqa: F401  (registers the deciders and evolvers)
-import duplex_es.protocol  # noqa: F401  (registers the projections)
-from duplex_es.domain import COMMAND_TYPES
-from duplex_es.domain.rules import decider, evolver
-from duplex_es.domain.world import world_decider
-from duplex_es.events import registry
+from duplex_es.domain import COMMAND_TYPES, KINDS, named
+from duplex_es.events import CommandRejected, SessionDetached, SessionResumed, registry
 from duplex_es.protocol import CLIENT_EVENT_TYPES
-from duplex_es.protocol.outbound import SILENT_EVENT_TYPES, _project
+from duplex_es.protocol.wire import PROJECTIONS, SILENT_EVENT_TYPES
 
 #: Commands ``decide`` handles before dispatching by kind, and the host's own.
 _DECIDED_UP_FRONT = {"session.open", "command.duplicate"}
@@ -24,20 +20,32 @@ def catalogue() -> dict:
     return {name: cls for name, cls in registry().items() if cls.__module__.startswith("duplex_es.")}
 
 
-def test_every_event_type_has_an_evolver():
-    missing = [name for name, cls in catalogue().items() if cls not in evolver.registry]
+def test_every_event_type_has_an_evolver_in_some_kind_and_every_kind_takes_refusals_and_leases():
+    evolved = {cls for kind in KINDS for cls in kind.evolvers}
+    missing = [name for name, cls in catalogue().items() if cls not in evolved]
     assert missing == []
+    for kind in KINDS:
+        assert {CommandRejected, SessionDetached, SessionResumed, kind.start_event} <= set(kind.evolvers), kind.name
+        assert set(kind.ended_by) <= set(kind.evolvers), kind.name
+
+
+def test_each_kind_names_its_own_state_and_start():
+    assert len({k.name for k in KINDS}) == len({k.state_type for k in KINDS}) == len({k.start_event for k in KINDS}) == len(KINDS)
+    for kind in KINDS:
+        empty = kind.state_type()
+        assert empty.status == "new" and not empty.is_open and empty.seq == 0, kind.name
+        assert "new" in kind.transitions, kind.name
 
 
 def test_every_event_type_is_projected_or_listed_as_silent_never_both():
-    projected = {name for name, cls in catalogue().items() if cls in _project.registry}
+    projected = {name for name, cls in catalogue().items() if cls in PROJECTIONS}
     assert set(catalogue()) - projected == SILENT_EVENT_TYPES
     assert not projected & SILENT_EVENT_TYPES
 
 
 def test_every_command_has_a_decider_and_every_client_command_a_parser():
-    speech = {COMMAND_TYPES[c] for c in decider.registry if c in COMMAND_TYPES}
-    world = {COMMAND_TYPES[c] for c in world_decider.registry if c in COMMAND_TYPES}
+    speech = {COMMAND_TYPES[c] for c in named("speech").deciders if c in COMMAND_TYPES}
+    world = {named("world").command_types[c] for c in named("world").deciders}
     assert set(COMMAND_TYPES.values()) - speech - _DECIDED_UP_FRONT == set(), "commands no speech decider takes"
     assert {"session.detach", "session.expire", "session.pump", "session.resume"} <= world
     client = set(COMMAND_TYPES.values()) - _INTERNAL

@@ -4,30 +4,31 @@ Pure (docs/architecture.md, I2). An accepted command returns the events that rec
 exactly one ``command.rejected`` carrying the error code, message, offending ``param`` and the
 client's ``event_id`` (docs/architecture.md, I3). Commands that could target several things must name their
 target or have exactly one candidate; the resolved target is written into the event (docs/protocol.md,
-"no guessing"). The rules per command live in the concern modules.
+"no guessing"). The rules per command live in the concern modules; the session's kind
+(:mod:`duplex_es.domain.kinds`) lists which rule decides which command.
 """
 
 from __future__ import annotations
 
-# Importing the concern modules registers their deciders.
-from duplex_es.domain import input as _input, items as _items, lease as _lease, lifecycle as _lifecycle  # noqa: F401
-from duplex_es.domain import playback as _playback, responses as _responses, transcription as _transcription  # noqa: F401
-from duplex_es.domain.commands import Detach, Duplicate, Expire, Invalid, OpenSession, Pump
+from duplex_es.domain.commands import Detach, Duplicate, Expire, Invalid, Pump
 from duplex_es.domain.errors import Code
-from duplex_es.domain.rules import decider, reject, rejection
-from duplex_es.domain.state import SessionState
-from duplex_es.domain.world import StartWorld, WorldState, world_decider
-from duplex_es.events import CommandDeduplicated, Event, SessionConfig, SessionOpened, TurnDetection, WorldStarted
+from duplex_es.domain.kinds import kind_of, opened_by
+from duplex_es.domain.rules import reject, rejection
+from duplex_es.events import CommandDeduplicated, Event
 
 __all__ = ["decide"]
 
+#: The host's own commands: against a session that is not open they decide nothing.
+_HOUSEKEEPING = (Pump, Detach, Expire)
 
-def decide(state: SessionState | WorldState, command: object) -> list[Event]:
-    """The events that record ``command`` against ``state``; ``[]`` when there is nothing to do
-    (only the host's ``Pump``, ``Detach`` and ``Expire`` can decide nothing).
+
+def decide(state: object, command: object) -> list[Event]:
+    """The events that record ``command`` against ``state`` (any kind's state); ``[]`` when
+    there is nothing to do (only the host's ``Pump``, ``Detach`` and ``Expire`` can decide
+    nothing).
 
     Raises:
-        TypeError: for an object that is not a known command.
+        TypeError: for an object that is not a command of the session's kind.
     """
     if isinstance(command, Invalid):
         return [rejection(command.event_id, command.command_type, command.code, command.message, command.param, command.excerpt)]
@@ -37,31 +38,22 @@ def decide(state: SessionState | WorldState, command: object) -> list[Event]:
                 client_event_id=command.event_id, command_type=command.command_type, first_seq=command.first_seq, last_seq=command.last_seq
             )
         ]
-    if isinstance(command, (OpenSession, StartWorld)):
-        if state.status != "new":
-            return reject(command, Code.SESSION_ALREADY_OPEN, f"session {state.session_id} already exists")
-        if isinstance(command, StartWorld):
-            return [
-                WorldStarted(
-                    client_event_id=command.event_id,
-                    session_id=command.session_id,
-                    config=command.config,
-                    at_ms=command.at_ms,
-                    resume_token_hash=command.resume_token_hash,
-                )
-            ]
-        # Turn detection starts as OpenAI's default (server VAD), which clients expect.
-        config = SessionConfig(model=command.model, engine=command.engine or command.model, turn_detection=TurnDetection())
-        return [SessionOpened(session_id=command.session_id, config=config, resume_token_hash=command.resume_token_hash)]
-    if not state.is_open:
-        if isinstance(command, (Pump, Detach, Expire)):
+    opening = opened_by(command)
+    if opening is not None:
+        if state.status != "new":  # type: ignore[attr-defined]
+            return reject(command, Code.SESSION_ALREADY_OPEN, f"session {state.session_id} already exists")  # type: ignore[attr-defined]
+        return opening.start(command)
+    if not state.is_open:  # type: ignore[attr-defined]
+        if isinstance(command, _HOUSEKEEPING):
             return []
-        return reject(command, Code.SESSION_CLOSED, f"the session is {state.status}")
+        return reject(command, Code.SESSION_CLOSED, f"the session is {state.status}")  # type: ignore[attr-defined]
     expected = getattr(command, "expected_epoch", None)
-    if expected is not None and expected != state.epoch:
+    if expected is not None and expected != state.epoch:  # type: ignore[attr-defined]
         return reject(
-            command, Code.STALE_FENCE, f"the command is fenced to epoch {expected}; the session is at epoch {state.epoch}", "expected_epoch"
+            command, Code.STALE_FENCE, f"the command is fenced to epoch {expected}; the session is at epoch {state.epoch}", "expected_epoch"  # type: ignore[attr-defined]
         )
-    if isinstance(state, WorldState):
-        return world_decider(command, state)
+    kind = kind_of(state)
+    decider = kind.deciders.get(type(command))
+    if decider is None:
+        raise TypeError(f"not a {kind.name}-session command: {command!r}")
     return decider(command, state)

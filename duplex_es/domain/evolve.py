@@ -1,23 +1,21 @@
 """``evolve(state, seq, event) -> state``: the one writer of session state.
 
 Pure: no clock, no randomness, no I/O (docs/architecture.md, I2). A live session's state is always
-``fold(evolve, its events)`` (docs/architecture.md, I1); :func:`fold` is that fold. The rules per event live in
-the concern modules.
+``fold(evolve, its events)`` (docs/architecture.md, I1); :func:`fold` is that fold. The rules per
+event live in the concern modules; the session's kind (:mod:`duplex_es.domain.kinds`) lists
+which evolver applies which event, and which status moves are allowed.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable, Optional
 
-# Importing the concern modules registers their evolvers.
-from duplex_es.domain import input as _input, items as _items, lease as _lease, lifecycle as _lifecycle  # noqa: F401
-from duplex_es.domain import playback as _playback, responses as _responses, transcription as _transcription  # noqa: F401
-from duplex_es.domain.world import WorldState
-from duplex_es.domain.rules import apply
-from duplex_es.domain.state import SessionState
-from duplex_es.events import Event, WorldStarted
+from duplex_es.domain.kind import IllegalTransition
+from duplex_es.domain.kinds import KINDS, kind_of, started_by
+from duplex_es.domain.replace import replace
+from duplex_es.events import Event
 
-__all__ = ["evolve", "fold", "REDUCER_VERSION"]
+__all__ = ["evolve", "fold", "new_state", "REDUCER_VERSION"]
 
 #: The version of the fold. Bump it whenever a change to the evolvers or the state classes would
 #: fold some existing log to a different state: snapshots taken by another version are then
@@ -25,21 +23,39 @@ __all__ = ["evolve", "fold", "REDUCER_VERSION"]
 REDUCER_VERSION = 3  # 3: client settings, input transcription, idle timeout, usage (issue 10); 2: snapshots keep dict order
 
 
-def evolve(state: SessionState | WorldState, seq: int, event: Event) -> SessionState | WorldState:
-    """Apply the event logged at ``seq`` to ``state`` and return the new state. A session whose
-    first event is ``world.session.started`` is a world session (:class:`WorldState`).
+def new_state() -> Any:
+    """The state of a session before its first event (the default kind's empty state; the
+    first event decides the kind)."""
+    return KINDS[0].state_type()
+
+
+def evolve(state: Any, seq: int, event: Event) -> Any:
+    """Apply the event logged at ``seq`` to ``state`` and return the new state. A session's
+    first event decides its kind: ``world.session.started`` makes a world session.
 
     Raises:
-        TypeError: for an event type the reducer does not know.
+        TypeError: for an event type the session's kind does not know.
+        IllegalTransition: the event moved the session's status along an edge its kind does
+            not allow.
     """
-    if isinstance(event, WorldStarted) and state.status == "new" and not isinstance(state, WorldState):
-        state = WorldState()
-    return apply(state, seq, event)
+    kind = kind_of(state)
+    if state.status == "new":
+        starting = started_by(event)
+        if starting is not None and starting is not kind:
+            kind, state = starting, starting.state_type()
+    evolver = kind.evolvers.get(type(event))
+    if evolver is None:
+        raise TypeError(f"the {kind.name} reducer does not handle {type(event).__name__} ({event.TYPE})")
+    new = evolver(event, state, seq)
+    if new.status is not state.status and new.status != state.status and new.status not in kind.transitions.get(state.status, ()):
+        raise IllegalTransition(f"{kind.name} session {state.session_id or new.session_id}", seq, event.TYPE, str(state.status), str(new.status))
+    # An evolver on the hot path sets ``seq`` in the copy it makes anyway (one copy, not two).
+    return new if new.seq == seq else replace(new, seq=seq)
 
 
-def fold(events: Iterable[tuple[int, Event]], state: SessionState | WorldState | None = None) -> SessionState | WorldState:
+def fold(events: Iterable[tuple[int, Event]], state: Optional[Any] = None) -> Any:
     """Fold ``(seq, event)`` pairs into a state, starting from ``state`` or an empty one."""
-    s = state if state is not None else SessionState()
+    s = state if state is not None else new_state()
     for seq, ev in events:
         s = evolve(s, seq, ev)
     return s

@@ -24,7 +24,7 @@ from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_BUFFER_MS, MAX_INPUT_TEXT_CHARS, MIN_COMMIT_MS
 from duplex_es.domain.replace import replace
 from duplex_es.domain.responses import cancel_events, retire_frozen, start_response
-from duplex_es.domain.rules import decider, evolver, fold_after, put_item, reject
+from duplex_es.domain.rules import Fold, put_item, reject
 from duplex_es.domain.state import InputBuffer, Item, SessionState
 from duplex_es.domain.transcription import transcription_request
 from duplex_es.domain.vad import FRAME_MS, detect
@@ -116,8 +116,9 @@ def commit_events(
     ]
 
 
-@decider.register
-def _(cmd: AppendAudio, state: SessionState) -> list[Event]:
+def decide_append_audio(cmd: AppendAudio, state: SessionState, fold: Fold) -> list[Event]:
+    """An append, and the turns server VAD finds in it (``fold`` applies the batch so far to
+    decide the next transition on)."""
     cfg = state.config
     assert cfg is not None
     fmt = cfg.input_format
@@ -150,7 +151,7 @@ def _(cmd: AppendAudio, state: SessionState) -> list[Event]:
     fresh = iter([ids.item_id] + [f"{ids.item_id}_{n}" for n in range(1, len(transitions) + 2)])
     events: list[Event] = [appended]
     timeout = _idle_deadline(state, samples) if not transitions else None
-    trial = fold_after(state, events) if transitions or timeout is not None else state  # what the transitions are decided on
+    trial = fold(state, events) if transitions or timeout is not None else state  # what the transitions are decided on
     current = state.vad.item_id
     responds = td.create_response and cfg.session_type == "realtime"
     for t in transitions:
@@ -168,9 +169,9 @@ def _(cmd: AppendAudio, state: SessionState) -> list[Event]:
             if isinstance(committed[0], InputCommitted):
                 batch += committed
                 if responds:
-                    batch += _respond(fold_after(trial, batch), ids, item_id)
+                    batch += _respond(fold(trial, batch), ids, item_id)
             # else: under 100 ms of speech is not a turn; its audio stays in the buffer.
-        trial = fold_after(trial, batch)
+        trial = fold(trial, batch)
         events += [e for e in batch if e.TYPE != "command.rejected"]
     if timeout is not None:
         # No speech for idle_timeout_ms after the last response's audio: commit what the buffer
@@ -182,7 +183,7 @@ def _(cmd: AppendAudio, state: SessionState) -> list[Event]:
         short = (timeout - trial.buffer.start_sample) * 1000 < MIN_COMMIT_MS * fmt.rate
         batch += commit_events(trial, item_id, up_to=None if short else timeout, min_ms=0)
         if cfg.session_type == "realtime":
-            batch += _respond(fold_after(trial, batch), ids, item_id)
+            batch += _respond(fold(trial, batch), ids, item_id)
         events += [e for e in batch if e.TYPE != "command.rejected"]
     # The logged VAD state names the utterance still in progress at the end of the append.
     events[0] = replace(appended, vad=replace(vad, item_id=current if vad.speaking else None))
@@ -226,8 +227,7 @@ def _auto_response(ids: VadIds, item_id: str) -> CreateResponse:
     return CreateResponse(response_id=ids.response_id + suffix, item_id=ids.response_item_id + suffix, request_id=ids.request_id + suffix)
 
 
-@decider.register
-def _(cmd: AppendText, state: SessionState) -> list[Event]:
+def decide_append_text(cmd: AppendText, state: SessionState) -> list[Event]:
     if not cmd.text:
         return reject(cmd, Code.INPUT_TEXT_EMPTY, "text is empty", "text")
     if len(state.buffer.text) + len(cmd.text) > MAX_INPUT_TEXT_CHARS:
@@ -240,8 +240,8 @@ def _(cmd: AppendText, state: SessionState) -> list[Event]:
     return [TextAppended(client_event_id=cmd.event_id, text=cmd.text)]
 
 
-@decider.register
-def _(cmd: Commit, state: SessionState) -> list[Event]:
+def decide_commit(cmd: Commit, state: SessionState, fold: Fold) -> list[Event]:
+    """``input_audio_buffer.commit`` (with vLLM-Omni's ``create_response``, its response too)."""
     if cmd.item_id in state.items:
         return reject(cmd, Code.ITEM_EXISTS, f"an item with id {cmd.item_id!r} already exists", "item_id")
     committed = commit_events(state, cmd.item_id, cmd.event_id)
@@ -252,7 +252,7 @@ def _(cmd: Commit, state: SessionState) -> list[Event]:
         # vLLM-Omni's input.commit answers the turn in the same batch: at once, or as soon as
         # the response holding the conversation ends (as server VAD does); else refused whole.
         response_id, item_id, request_id = cmd.response_ids
-        after = fold_after(state, events)
+        after = fold(state, events)
         if after.active_response is not None:
             return events + _defer(after, response_id, item_id, request_id)
         create = CreateResponse(event_id=cmd.event_id, response_id=response_id, item_id=item_id, request_id=request_id)
@@ -263,13 +263,11 @@ def _(cmd: Commit, state: SessionState) -> list[Event]:
     return events
 
 
-@decider.register
-def _(cmd: ClearInput, state: SessionState) -> list[Event]:
+def decide_clear_input(cmd: ClearInput, state: SessionState) -> list[Event]:
     return end_speech(state) + [InputCleared(client_event_id=cmd.event_id, discarded_seqs=_buffered(state))]
 
 
-@decider.register
-def _(cmd: CancelInput, state: SessionState) -> list[Event]:
+def decide_cancel_input(cmd: CancelInput, state: SessionState) -> list[Event]:
     return end_speech(state) + [InputCleared(client_event_id=cmd.event_id, discarded_seqs=_buffered(state), reason="input_cancelled")]
 
 
@@ -280,8 +278,7 @@ def _buffered(state: SessionState) -> tuple[int, ...]:
 # ---------------------------------------------------------------------------------- evolvers
 
 
-@evolver.register
-def _(ev: AudioAppended, state: SessionState, seq: int) -> SessionState:
+def evolve_audio_appended(ev: AudioAppended, state: SessionState, seq: int) -> SessionState:
     buf = state.buffer
     start = buf.start_sample if not buf.empty else ev.start_sample
     buf = replace(
@@ -294,22 +291,19 @@ def _(ev: AudioAppended, state: SessionState, seq: int) -> SessionState:
     return replace(state, buffer=buf, input_clock=state.input_clock + ev.samples, vad=ev.vad or _NO_VAD, seq=seq)
 
 
-@evolver.register
-def _(ev: TextAppended, state: SessionState, seq: int) -> SessionState:
+def evolve_text_appended(ev: TextAppended, state: SessionState, seq: int) -> SessionState:
     buf = state.buffer
     start = buf.start_sample if not buf.empty else state.input_clock
     buf = replace(buf, text_seqs=buf.text_seqs + (seq,), text=buf.text + ev.text, start_sample=start)
     return replace(state, buffer=buf)
 
 
-@evolver.register
-def _(ev: SpeechStarted, state: SessionState, seq: int) -> SessionState:
+def evolve_speech_started(ev: SpeechStarted, state: SessionState, seq: int) -> SessionState:
     # The VAD state came with the append; speech stops the idle timeout.
     return state if state.idle_since_sample is None else replace(state, idle_since_sample=None)
 
 
-@evolver.register
-def _(ev: SpeechStopped, state: SessionState, seq: int) -> SessionState:
+def evolve_speech_stopped(ev: SpeechStopped, state: SessionState, seq: int) -> SessionState:
     # Ends the speech in progress if it is this one: a commit, clear or cancel cutting it short
     # (server VAD's own stops are already in the state logged with the append, which may name
     # a next utterance that started in the same append: that one goes on).
@@ -318,18 +312,15 @@ def _(ev: SpeechStopped, state: SessionState, seq: int) -> SessionState:
     return replace(state, vad=replace(state.vad, speaking=False, voiced_run=0, silence_run=0, item_id=None))
 
 
-@evolver.register
-def _(ev: TimeoutTriggered, state: SessionState, seq: int) -> SessionState:
+def evolve_timeout_triggered(ev: TimeoutTriggered, state: SessionState, seq: int) -> SessionState:
     return replace(state, idle_since_sample=None)
 
 
-@evolver.register
-def _(ev: ResponseDeferred, state: SessionState, seq: int) -> SessionState:
+def evolve_response_deferred(ev: ResponseDeferred, state: SessionState, seq: int) -> SessionState:
     return replace(state, deferred_response=ev)
 
 
-@evolver.register
-def _(ev: InputCommitted, state: SessionState, seq: int) -> SessionState:
+def evolve_input_committed(ev: InputCommitted, state: SessionState, seq: int) -> SessionState:
     cfg = state.config
     assert cfg is not None
     item = Item(
@@ -353,6 +344,5 @@ def _(ev: InputCommitted, state: SessionState, seq: int) -> SessionState:
     return retire_frozen(put_item(state, item))
 
 
-@evolver.register
-def _(ev: InputCleared, state: SessionState, seq: int) -> SessionState:
+def evolve_input_cleared(ev: InputCleared, state: SessionState, seq: int) -> SessionState:
     return replace(state, buffer=InputBuffer(), vad=VadState(frame_fill=state.vad.frame_fill, frame_energy=state.vad.frame_energy))

@@ -15,16 +15,14 @@ from duplex_es.domain.content import content_problem, size_problem
 from duplex_es.domain.errors import Code
 from duplex_es.domain.playback import history_transcript, maybe_release, refresh_transcripts
 from duplex_es.domain.replace import replace
-from duplex_es.domain.rules import decider, evolver, put_item, put_response, reject
+from duplex_es.domain.rules import put_item, put_response, reject
 from duplex_es.domain.state import Item, SessionState
 from duplex_es.domain.responses import retire_frozen
 from duplex_es.domain.transcription import transcription_request
 from duplex_es.events import AudioSegment, Event, ItemCreated, ItemDeleted, ItemRetrieved, ItemTruncated
 
 
-
-@decider.register
-def _(cmd: CreateItem, state: SessionState) -> list[Event]:
+def decide_create_item(cmd: CreateItem, state: SessionState) -> list[Event]:
     problem = content_problem(cmd.role, cmd.content)
     if problem is not None:
         return reject(cmd, *problem)
@@ -56,15 +54,13 @@ def _(cmd: CreateItem, state: SessionState) -> list[Event]:
     return [created, *transcription_request(state, cmd.item_id, audio)]
 
 
-@decider.register
-def _(cmd: RetrieveItem, state: SessionState) -> list[Event]:
+def decide_retrieve_item(cmd: RetrieveItem, state: SessionState) -> list[Event]:
     if cmd.item_id not in state.items:
         return reject(cmd, Code.RETRIEVE_INVALID_ITEM, f"Error retrieving item: the item with id '{cmd.item_id[:64]}' does not exist.", "item_id")
     return [ItemRetrieved(client_event_id=cmd.event_id, item_id=cmd.item_id)]
 
 
-@decider.register
-def _(cmd: DeleteItem, state: SessionState) -> list[Event]:
+def decide_delete_item(cmd: DeleteItem, state: SessionState) -> list[Event]:
     item = state.items.get(cmd.item_id)
     if item is None:
         return reject(
@@ -79,8 +75,7 @@ def _(cmd: DeleteItem, state: SessionState) -> list[Event]:
     return [ItemDeleted(client_event_id=cmd.event_id, item_id=cmd.item_id)]
 
 
-@decider.register
-def _(cmd: TruncateItem, state: SessionState) -> list[Event]:
+def decide_truncate_item(cmd: TruncateItem, state: SessionState) -> list[Event]:
     item = state.items.get(cmd.item_id)
     if item is None:
         return reject(
@@ -120,8 +115,7 @@ def _(cmd: TruncateItem, state: SessionState) -> list[Event]:
 # ---------------------------------------------------------------------------------- evolvers
 
 
-@evolver.register
-def _(ev: ItemCreated, state: SessionState, seq: int) -> SessionState:
+def evolve_item_created(ev: ItemCreated, state: SessionState, seq: int) -> SessionState:
     text = "".join(p.text for p in ev.content)
     has_audio = any(p.type == "input_audio" for p in ev.content)
     fmt = state.config.input_format  # type: ignore[union-attr]
@@ -144,8 +138,7 @@ def _(ev: ItemCreated, state: SessionState, seq: int) -> SessionState:
     return state
 
 
-@evolver.register
-def _(ev: ItemDeleted, state: SessionState, seq: int) -> SessionState:
+def evolve_item_deleted(ev: ItemDeleted, state: SessionState, seq: int) -> SessionState:
     return replace(
         state,
         items={k: v for k, v in state.items.items() if k != ev.item_id},
@@ -154,13 +147,7 @@ def _(ev: ItemDeleted, state: SessionState, seq: int) -> SessionState:
     )
 
 
-@evolver.register
-def _(ev: ItemRetrieved, state: SessionState, seq: int) -> SessionState:
-    return state  # a read, logged like every command
-
-
-@evolver.register
-def _(ev: ItemTruncated, state: SessionState, seq: int) -> SessionState:
+def evolve_item_truncated(ev: ItemTruncated, state: SessionState, seq: int) -> SessionState:
     item = state.items[ev.item_id]
     cap = ev.audio_end_ms if item.truncated_ms is None else min(item.truncated_ms, ev.audio_end_ms)
     item = replace(item, truncated_ms=cap, transcript_removed=item.transcript_removed or ev.remove_transcript)

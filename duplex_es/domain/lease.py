@@ -15,7 +15,7 @@ from typing import Any
 from duplex_es.domain.commands import Expire, Resume
 from duplex_es.domain.errors import Code
 from duplex_es.domain.replace import replace
-from duplex_es.domain.rules import evolver, reject
+from duplex_es.domain.rules import reject
 from duplex_es.domain.state import Lease
 from duplex_es.events import Event, SessionDetached, SessionResumed
 
@@ -85,13 +85,11 @@ def with_token(state: HasLease, token_hash: str | None) -> HasLease:
     return replace(state, lease=replace(state.lease, token_hash=token_hash))
 
 
-@evolver.register
-def _(ev: SessionDetached, state: HasLease, seq: int) -> HasLease:
+def evolve_session_detached(ev: SessionDetached, state: HasLease, seq: int) -> HasLease:
     return replace(state, lease=replace(state.lease, detached_at_ms=ev.at_ms))
 
 
-@evolver.register
-def _(ev: SessionResumed, state: HasLease, seq: int) -> HasLease:
+def evolve_session_resumed(ev: SessionResumed, state: HasLease, seq: int) -> HasLease:
     old = state.lease
     away = max(0, ev.at_ms - old.detached_at_ms) if old.detached_at_ms is not None else 0
     token, retired = old.token_hash, old.retired_token_hashes

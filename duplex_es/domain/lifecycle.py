@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from duplex_es.audio import is_supported
-from duplex_es.domain.commands import UNSET, CloseSession, Detach, Expire, Heartbeat, Resume, TurnSignal, UpdateSession
+from duplex_es.domain.commands import UNSET, CloseSession, OpenSession, Detach, Expire, Heartbeat, Resume, TurnSignal, UpdateSession
 from duplex_es.domain.content import tool_choice_problem
 from duplex_es.domain.errors import Code
 from duplex_es.domain.input import end_speech
@@ -21,16 +21,15 @@ from duplex_es.domain.lease import grace_still_running_out, resume_events, with_
 from duplex_es.domain.limits import MAX_INSTRUCTIONS_CHARS, VOICES
 from duplex_es.domain.replace import replace
 from duplex_es.domain.responses import cancel_events
-from duplex_es.domain.rules import decider, evolver, reject, shown
-from duplex_es.domain.state import SessionState
+from duplex_es.domain.rules import reject, shown
+from duplex_es.domain.state import SessionState, SessionStatus
 from duplex_es.events import (
-    CommandDeduplicated,
-    CommandRejected,
     Event,
     HeartbeatReceived,
     SessionClosed,
     SessionDetached,
     SessionExpired,
+    SessionConfig,
     SessionOpened,
     SessionUpdated,
     TurnDetection,
@@ -124,8 +123,14 @@ def merge_turn_detection(current: TurnDetection | None, patch: dict[str, Any]) -
     return replace(base, **changes), None
 
 
-@decider.register
-def _(cmd: UpdateSession, state: SessionState) -> list[Event]:
+def open_session(cmd: OpenSession) -> list[Event]:
+    """A speech session's first event. Turn detection starts as OpenAI's default (server VAD),
+    which clients expect."""
+    config = SessionConfig(model=cmd.model, engine=cmd.engine or cmd.model, turn_detection=TurnDetection())
+    return [SessionOpened(session_id=cmd.session_id, config=config, resume_token_hash=cmd.resume_token_hash)]
+
+
+def decide_update_session(cmd: UpdateSession, state: SessionState) -> list[Event]:
     cfg = state.config
     assert cfg is not None
     p = cmd.patch
@@ -226,13 +231,11 @@ def _(cmd: UpdateSession, state: SessionState) -> list[Event]:
     return ending + [SessionUpdated(client_event_id=cmd.event_id, config=new, model_relevant=relevant, not_applied=not_applied)]
 
 
-@decider.register
-def _(cmd: Heartbeat, state: SessionState) -> list[Event]:
+def decide_heartbeat(cmd: Heartbeat, state: SessionState) -> list[Event]:
     return [HeartbeatReceived(client_event_id=cmd.event_id)]
 
 
-@decider.register
-def _(cmd: TurnSignal, state: SessionState) -> list[Event]:
+def decide_turn_signal(cmd: TurnSignal, state: SessionState) -> list[Event]:
     if cmd.signal not in TURN_SIGNALS:
         return reject(cmd, Code.INVALID_TURN_SIGNAL, f"unknown turn signal {cmd.signal[:32]!r}; use one of {', '.join(sorted(TURN_SIGNALS))}", "event")
     return [TurnSignaled(client_event_id=cmd.event_id, signal=cmd.signal)]
@@ -246,15 +249,13 @@ def _ending(state: SessionState, cause: str, reason: str, event_id=None) -> list
     return cancel_events(state, live, cause=cause, reason=reason, event_id=event_id, discard_pending=True)
 
 
-@decider.register
-def _(cmd: CloseSession, state: SessionState) -> list[Event]:
+def decide_close_session(cmd: CloseSession, state: SessionState) -> list[Event]:
     return _ending(state, "session_closed", "client_cancelled", cmd.event_id) + [
         SessionClosed(client_event_id=cmd.event_id, reason=cmd.reason)
     ]
 
 
-@decider.register
-def _(cmd: Detach, state: SessionState) -> list[Event]:
+def decide_detach(cmd: Detach, state: SessionState) -> list[Event]:
     if state.lease.detached_at_ms is not None:
         return []
     live = state.live_responses()
@@ -264,13 +265,11 @@ def _(cmd: Detach, state: SessionState) -> list[Event]:
     return ending + [SessionDetached(at_ms=cmd.at_ms, reason=cmd.reason)]
 
 
-@decider.register
-def _(cmd: Resume, state: SessionState) -> list[Event]:
+def decide_resume(cmd: Resume, state: SessionState) -> list[Event]:
     return resume_events(cmd, state)
 
 
-@decider.register
-def _(cmd: Expire, state: SessionState) -> list[Event]:
+def decide_expire(cmd: Expire, state: SessionState) -> list[Event]:
     if not grace_still_running_out(cmd, state.lease):
         return []
     return _ending(state, "session_expired", "client_cancelled") + [
@@ -281,43 +280,21 @@ def _(cmd: Expire, state: SessionState) -> list[Event]:
 # ---------------------------------------------------------------------------------- evolvers
 
 
-@evolver.register
-def _(ev: SessionOpened, state: SessionState, seq: int) -> SessionState:
-    return with_token(replace(state, session_id=ev.session_id, status="open", config=ev.config), ev.resume_token_hash)
+def evolve_session_opened(ev: SessionOpened, state: SessionState, seq: int) -> SessionState:
+    return with_token(replace(state, session_id=ev.session_id, status=SessionStatus.OPEN, config=ev.config), ev.resume_token_hash)
 
 
-@evolver.register
-def _(ev: SessionUpdated, state: SessionState, seq: int) -> SessionState:
+def evolve_session_updated(ev: SessionUpdated, state: SessionState, seq: int) -> SessionState:
     unapplied = state.unapplied + (seq,) if ev.model_relevant else state.unapplied
     vad = state.vad if ev.config.turn_detection is not None else VadState()
     return replace(state, config=ev.config, unapplied=unapplied, vad=vad)
 
 
-@evolver.register
-def _(ev: SessionClosed, state: SessionState, seq: int) -> SessionState:
-    return replace(state, status="closed", close_reason=ev.reason)
+def evolve_session_closed(ev: SessionClosed, state: SessionState, seq: int) -> SessionState:
+    return replace(state, status=SessionStatus.CLOSED, close_reason=ev.reason)
 
 
-@evolver.register
-def _(ev: SessionExpired, state: SessionState, seq: int) -> SessionState:
-    return replace(state, status="expired", close_reason=ev.reason)
+def evolve_session_expired(ev: SessionExpired, state: SessionState, seq: int) -> SessionState:
+    return replace(state, status=SessionStatus.EXPIRED, close_reason=ev.reason)
 
 
-@evolver.register
-def _(ev: HeartbeatReceived, state: SessionState, seq: int) -> SessionState:
-    return state
-
-
-@evolver.register
-def _(ev: TurnSignaled, state: SessionState, seq: int) -> SessionState:
-    return state
-
-
-@evolver.register
-def _(ev: CommandRejected, state: SessionState, seq: int) -> SessionState:
-    return state  # docs/architecture.md, I3: a refusal changes no derived state.
-
-
-@evolver.register
-def _(ev: CommandDeduplicated, state: SessionState, seq: int) -> SessionState:
-    return state  # a retry of an applied command changes nothing

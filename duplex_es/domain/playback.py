@@ -17,7 +17,7 @@ from duplex_es.domain.commands import AckPlayback
 from duplex_es.domain.errors import Code
 from duplex_es.domain.heard import heard_prefix
 from duplex_es.domain.replace import replace
-from duplex_es.domain.rules import decider, evolver, put_item, put_response, reject
+from duplex_es.domain.rules import put_item, put_response, reject
 from duplex_es.domain.state import Item, Response, SessionState
 from duplex_es.events import Event, ItemTruncated, PlaybackAcked
 
@@ -125,8 +125,7 @@ def _item_at(state: SessionState, resp: Response, ms: int) -> str:
     return resp.item_id
 
 
-@decider.register
-def _(cmd: AckPlayback, state: SessionState) -> list[Event]:
+def decide_ack_playback(cmd: AckPlayback, state: SessionState) -> list[Event]:
     resp, err = _target(state, cmd)
     if err is not None:
         return err
@@ -189,8 +188,7 @@ def _(cmd: AckPlayback, state: SessionState) -> list[Event]:
     return events
 
 
-@evolver.register
-def _(ev: PlaybackAcked, state: SessionState, seq: int) -> SessionState:
+def evolve_playback_acked(ev: PlaybackAcked, state: SessionState, seq: int) -> SessionState:
     resp = state.responses[ev.response_id]
     cap = resp.cap_ms
     if ev.truncate:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any, Optional, Union
 
-import attrs
-
 from duplex_es.audio import is_supported
 from duplex_es.domain.commands import BargeIn, CancelResponse, ClearOutputAudio, CreateResponse, Pump, ResponseOptions
 from duplex_es.domain.content import content_problem, size_problem, tool_choice_problem
@@ -20,8 +18,9 @@ from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_INSTRUCTIONS_CHARS, MAX_OUT_OF_BAND_RESPONSES, VOICES
 from duplex_es.domain.playback import may_still_play, maybe_release, refresh_transcripts
 from duplex_es.domain.replace import replace
-from duplex_es.domain.rules import decider, evolver, put_item, put_response, reject
-from duplex_es.domain.state import Item, Response, SessionState, Tick
+from duplex_es.domain.rules import put_item, put_response, reject
+from duplex_es.domain.state import Item, Response, ResponseStatus, SessionState, Tick, TickStatus
+from duplex_es.domain.ticks import ACCEPTED, Verdict, judge_echo
 from duplex_es.events import (
     AudioSegment,
     EpochAdvanced,
@@ -43,21 +42,6 @@ __all__ = ["Verdict", "ACCEPTED", "classify_output", "speech_inputs", "cancel_ev
 # -------------------------------------------------------------------------------- verdicts
 
 
-@attrs.frozen
-class Verdict:
-    """``kind`` is ``accepted``, ``discarded`` (logged, never sent) or ``rejected`` (the output
-    does not echo its tick; the response fails). ``reason`` says why."""
-
-    kind: str
-    reason: str = ""
-
-    @property
-    def accepted(self) -> bool:
-        """True for an output that counts."""
-        return self.kind == "accepted"
-
-
-ACCEPTED = Verdict("accepted")
 
 
 def classify_output(state: SessionState, ev: Union[TickOutput, TickFailed]) -> Verdict:
@@ -72,12 +56,10 @@ def classify_output(state: SessionState, ev: Union[TickOutput, TickFailed]) -> V
     * accepted otherwise.
     """
     tick = state.ticks.get(ev.request_id)
-    if tick is None or tick.status != "issued":
-        return Verdict("discarded", "stale_epoch" if ev.epoch < state.epoch else "unknown_tick")
-    echo = (ev.session_id, ev.response_id, ev.epoch, ev.chunk_index, tuple(ev.applied_event_ids))
-    want = (state.session_id, tick.response_id, tick.epoch, tick.chunk_index, tick.applied_event_ids)
-    if echo != want:
-        return Verdict("rejected", "identity_mismatch")
+    live = tick.identity(state.session_id) if tick is not None and tick.status == TickStatus.ISSUED else None
+    verdict = judge_echo(live, ev, epoch=state.epoch)
+    if not verdict.accepted:
+        return verdict
     if isinstance(ev, TickOutput) and ev.new_item_id is not None and ev.new_item_id in state.items:
         return Verdict("rejected", "identity_mismatch")
     return ACCEPTED
@@ -279,8 +261,7 @@ def start_response(state: SessionState, cmd: CreateResponse) -> list[Event]:
     ]
 
 
-@decider.register
-def _(cmd: CreateResponse, state: SessionState) -> list[Event]:
+def decide_create_response(cmd: CreateResponse, state: SessionState) -> list[Event]:
     return start_response(state, cmd)
 
 
@@ -339,8 +320,7 @@ def _named_or_active(state: SessionState, response_id: Optional[str]) -> Optiona
     return resp if resp is not None and resp.active else None
 
 
-@decider.register
-def _(cmd: CancelResponse, state: SessionState) -> list[Event]:
+def decide_cancel_response(cmd: CancelResponse, state: SessionState) -> list[Event]:
     resp = _named_or_active(state, cmd.response_id)
     if resp is None:
         if cmd.response_id is not None:
@@ -349,16 +329,14 @@ def _(cmd: CancelResponse, state: SessionState) -> list[Event]:
     return cancel_events(state, [resp], cause=cmd.cause, reason="client_cancelled", event_id=cmd.event_id)
 
 
-@decider.register
-def _(cmd: BargeIn, state: SessionState) -> list[Event]:
+def decide_barge_in(cmd: BargeIn, state: SessionState) -> list[Event]:
     resp = state.active_response
     if resp is None:
         return reject(cmd, Code.CANCEL_NOT_ACTIVE, "barge_in: no active response to interrupt")
     return cancel_events(state, [resp], cause="barge_in", reason="turn_detected", event_id=cmd.event_id)
 
 
-@decider.register
-def _(cmd: ClearOutputAudio, state: SessionState) -> list[Event]:
+def decide_clear_output_audio(cmd: ClearOutputAudio, state: SessionState) -> list[Event]:
     if cmd.response_id is not None:
         resp = state.responses.get(cmd.response_id)
     else:
@@ -379,8 +357,7 @@ def _(cmd: ClearOutputAudio, state: SessionState) -> list[Event]:
 # -------------------------------------------------------------------------------------- pump
 
 
-@decider.register
-def _(cmd: Pump, state: SessionState) -> list[Event]:
+def decide_pump(cmd: Pump, state: SessionState) -> list[Event]:
     events: list[Event] = []
     deferred = state.deferred_response
     if deferred is not None and state.active_response is None:
@@ -426,8 +403,7 @@ def _(cmd: Pump, state: SessionState) -> list[Event]:
 # ---------------------------------------------------------------------------------- evolvers
 
 
-@evolver.register
-def _(ev: ResponseCreated, state: SessionState, seq: int) -> SessionState:
+def evolve_response_created(ev: ResponseCreated, state: SessionState, seq: int) -> SessionState:
     in_conversation = ev.conversation == "auto"
     resp = Response(
         id=ev.response_id,
@@ -464,8 +440,7 @@ def _(ev: ResponseCreated, state: SessionState, seq: int) -> SessionState:
     return put_item(state, item)
 
 
-@evolver.register
-def _(ev: TickIssued, state: SessionState, seq: int) -> SessionState:
+def evolve_tick_issued(ev: TickIssued, state: SessionState, seq: int) -> SessionState:
     applied = set(ev.applied_event_ids)
     tick = Tick(
         request_id=ev.request_id,
@@ -494,8 +469,7 @@ def _(ev: TickIssued, state: SessionState, seq: int) -> SessionState:
     )
 
 
-@evolver.register
-def _(ev: TickOutput, state: SessionState, seq: int) -> SessionState:
+def evolve_tick_output(ev: TickOutput, state: SessionState, seq: int) -> SessionState:
     verdict = classify_output(state, ev)
     if verdict.kind == "discarded":
         return state
@@ -548,8 +522,7 @@ def _(ev: TickOutput, state: SessionState, seq: int) -> SessionState:
     return refresh_transcripts(state, resp.id)
 
 
-@evolver.register
-def _(ev: TickFailed, state: SessionState, seq: int) -> SessionState:
+def evolve_tick_failed(ev: TickFailed, state: SessionState, seq: int) -> SessionState:
     verdict = classify_output(state, ev)
     if verdict.kind == "discarded":
         return state
@@ -559,14 +532,13 @@ def _(ev: TickFailed, state: SessionState, seq: int) -> SessionState:
 
 
 def _fail_tick(state: SessionState, request_id: str, code: str, message: str) -> SessionState:
-    tick = replace(state.ticks[request_id], status="failed")
+    tick = replace(state.ticks[request_id], status=TickStatus.FAILED)
     resp = state.responses[tick.response_id]
     resp = replace(resp, tick_in_flight=None, failure_code=code, failure_message=message)
     return put_response(replace(state, ticks={**state.ticks, request_id: tick}), resp)
 
 
-@evolver.register
-def _(ev: EpochAdvanced, state: SessionState, seq: int) -> SessionState:
+def evolve_epoch_advanced(ev: EpochAdvanced, state: SessionState, seq: int) -> SessionState:
     dead = set(ev.cancelled_request_ids)
     responses = dict(state.responses)
     for rid in dead:
@@ -587,17 +559,15 @@ def _(ev: EpochAdvanced, state: SessionState, seq: int) -> SessionState:
     )
 
 
-@evolver.register
-def _(ev: OutputAudioCleared, state: SessionState, seq: int) -> SessionState:
+def evolve_output_audio_cleared(ev: OutputAudioCleared, state: SessionState, seq: int) -> SessionState:
     resp = state.responses.get(ev.response_id)
     return state if resp is None else put_response(state, replace(resp, playback_cleared=True))
 
 
-@evolver.register
-def _(ev: ResponseDone, state: SessionState, seq: int) -> SessionState:
+def evolve_response_done(ev: ResponseDone, state: SessionState, seq: int) -> SessionState:
     resp = state.responses[ev.response_id]
     # Its inputs (a copy of the conversation) are only needed to issue ticks.
-    resp = replace(resp, status=ev.status, status_reason=ev.reason, tick_in_flight=None, inputs=SpeechInputs())
+    resp = replace(resp, status=ResponseStatus(ev.status), status_reason=ev.reason, tick_in_flight=None, inputs=SpeechInputs())
     if ev.heard_ms is not None:
         resp = replace(resp, acked=True, committed_ms=ev.heard_ms)
     item = state.items.get(resp.item_id)

@@ -1,24 +1,24 @@
-"""The machinery every concern module of the domain shares: the two dispatch tables
-(``decider`` for commands, ``evolver`` for events), refusals, and copy-on-write helpers.
+"""What every concern module of the domain shares: refusals, the wire names of commands, and
+copy-on-write helpers.
 
-Each concern module (``lifecycle``, ``input``, ``items``, ``responses``, ``playback``)
-registers the deciders of its commands and the evolvers of its events here; ``decide`` and
-``evolve`` are the public entry points.
+Concern modules (``lifecycle``, ``input``, ``items``, ``responses``, ``playback``,
+``transcription``, ``world``) export named deciders and evolvers; each kind's table module
+(:mod:`duplex_es.domain.kinds`) lists them. ``decide`` and ``evolve`` are the public entry points.
 """
 
 from __future__ import annotations
 
 import json
-from functools import singledispatch
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from duplex_es.domain import commands as c
 from duplex_es.domain.errors import ERROR_TYPES
 from duplex_es.domain.replace import replace
-from duplex_es.domain.state import Item, Response, SessionState
+from duplex_es.domain.kind import IllegalTransition
+from duplex_es.domain.state import ACTIVE, Item, Response, SessionState
 from duplex_es.events import CommandRejected, Event
 
-__all__ = ["COMMAND_TYPES", "decider", "evolver", "apply", "fold_after", "reject", "rejection", "shown", "put_item", "put_response"]
+__all__ = ["COMMAND_TYPES", "Fold", "keep", "reject", "rejection", "shown", "put_item", "put_response"]
 
 #: Wire name of each command, recorded in ``command.rejected.command_type``.
 COMMAND_TYPES: dict[type, str] = {
@@ -49,31 +49,15 @@ COMMAND_TYPES: dict[type, str] = {
 }
 
 
-@singledispatch
-def decider(command: object, state: SessionState) -> list[Event]:
-    """Decide ``command`` against an open session (registered per command class)."""
-    raise TypeError(f"not a command: {command!r}")
+#: ``fold(state, events) -> state``: ``state`` with ``events`` applied as its next seqs — what a
+#: decider that emits several events decides the later ones on. A kind's table module passes
+#: its own fold to the deciders that need one (so no concern module imports the reducer).
+Fold = Callable[[SessionState, list[Event]], SessionState]
 
 
-@singledispatch
-def evolver(event: Event, state: SessionState, seq: int) -> SessionState:
-    """Apply ``event`` (registered per event class)."""
-    raise TypeError(f"the speech reducer does not handle {type(event).__name__} ({event.TYPE})")
-
-
-def apply(state: SessionState, seq: int, event: Event) -> SessionState:
-    """``event``, logged at ``seq``, applied by its registered evolver (the state's ``seq``
-    set). :func:`~duplex_es.domain.evolve.evolve` is this plus the start of a world session."""
-    new = evolver(event, state, seq)
-    # An evolver on the hot path sets ``seq`` in the copy it makes anyway (one copy, not two).
-    return new if new.seq == seq else replace(new, seq=seq)
-
-
-def fold_after(state: SessionState, events: list[Event]) -> SessionState:
-    """``state`` with ``events`` applied as the next seqs: what a decider that emits several
-    events decides the later ones on."""
-    for event in events:
-        state = apply(state, state.seq + 1, event)
+def keep(event: Event, state: Any, seq: int) -> Any:
+    """The evolver of an event that changes no derived state: a refusal (docs/architecture.md,
+    I3), a deduplicated retry, a heartbeat, a turn signal, a retrieve."""
     return state
 
 
@@ -139,5 +123,13 @@ def put_item(state: SessionState, item: Item, *, after: Optional[str] = "end") -
 
 
 def put_response(state: SessionState, resp: Response) -> SessionState:
-    """Store ``resp``."""
+    """Store ``resp``.
+
+    Raises:
+        IllegalTransition: ``resp`` changes the status of a response that already ended (a
+            response has exactly one ``response.done``; docs/protocol.md).
+    """
+    old = state.responses.get(resp.id)
+    if old is not None and old.status != resp.status and old.status != ACTIVE:
+        raise IllegalTransition(f"response {resp.id}", state.seq + 1, "response.done", str(old.status), str(resp.status))
     return replace(state, responses={**state.responses, resp.id: resp})

@@ -7,16 +7,69 @@ aggregate"); one :class:`Response` holds a response's lifecycle and its playback
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, Optional
 
 import attrs
 
-from duplex_es.events import AudioFormat, AudioSegment, Mark, ResponseDeferred, SessionConfig, SpeechInputs, TokenUsage, VadState
+from duplex_es.events import AudioFormat, AudioSegment, Mark, ResponseDeferred, SessionConfig, SpeechInputs, TickIdentity, TokenUsage, VadState
 
-__all__ = ["InputBuffer", "Item", "Response", "Tick", "Lease", "SessionState", "ACTIVE", "TERMINAL_STATUSES"]
+__all__ = [
+    "InputBuffer",
+    "Item",
+    "Response",
+    "Tick",
+    "Lease",
+    "SessionState",
+    "SessionStatus",
+    "ResponseStatus",
+    "TickStatus",
+    "SESSION_TRANSITIONS",
+    "ACTIVE",
+    "TERMINAL_STATUSES",
+]
 
-ACTIVE = "in_progress"
-TERMINAL_STATUSES = frozenset({"completed", "cancelled", "failed", "incomplete"})
+
+class SessionStatus(StrEnum):
+    """A speech session's status; the allowed moves are :data:`SESSION_TRANSITIONS`. A
+    ``StrEnum``: it compares equal to, and is stored as, its value."""
+
+    NEW = "new"
+    OPEN = "open"
+    CLOSED = "closed"
+    EXPIRED = "expired"
+
+
+#: The status moves an event may make (checked by ``evolve``): a session opens once and ends
+#: once, closed by a client or expired by its lease.
+SESSION_TRANSITIONS: dict[str, frozenset[str]] = {
+    SessionStatus.NEW: frozenset({SessionStatus.OPEN}),
+    SessionStatus.OPEN: frozenset({SessionStatus.CLOSED, SessionStatus.EXPIRED}),
+}
+
+
+class ResponseStatus(StrEnum):
+    """A response's status (Realtime's ``response.status``): ``in_progress`` until its one
+    ``response.done`` sets a terminal status, which never changes again (``put_response``
+    checks it)."""
+
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    INCOMPLETE = "incomplete"
+
+
+class TickStatus(StrEnum):
+    """A speech tick's status: ``issued`` until its answer commits (it then leaves the state) or
+    fails."""
+
+    ISSUED = "issued"
+    FAILED = "failed"
+
+
+ACTIVE = ResponseStatus.IN_PROGRESS
+TERMINAL_STATUSES = frozenset({ResponseStatus.COMPLETED, ResponseStatus.CANCELLED, ResponseStatus.FAILED, ResponseStatus.INCOMPLETE})
 
 
 @attrs.frozen(kw_only=True)
@@ -116,7 +169,7 @@ class Response:
 
     id: str
     item_ids: tuple[str, ...]
-    status: str = ACTIVE
+    status: ResponseStatus = ACTIVE
     epoch: int = 0
     output_modalities: tuple[str, ...] = ("audio",)
     voice: str = "alloy"
@@ -171,7 +224,18 @@ class Tick:
     epoch: int
     chunk_index: int
     applied_event_ids: tuple[int, ...] = ()
-    status: str = "issued"  # issued | failed
+    status: TickStatus = TickStatus.ISSUED
+
+    def identity(self, session_id: str) -> TickIdentity:
+        """What this tick's output must echo."""
+        return TickIdentity(
+            session_id=session_id,
+            request_id=self.request_id,
+            epoch=self.epoch,
+            chunk_index=self.chunk_index,
+            applied_event_ids=self.applied_event_ids,
+            response_id=self.response_id,
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -210,7 +274,7 @@ class SessionState:
 
     session_id: str = ""
     seq: int = 0
-    status: str = "new"  # new | open | closed | expired
+    status: SessionStatus = SessionStatus.NEW
     close_reason: Optional[str] = None
     config: Optional[SessionConfig] = None
     epoch: int = 0
@@ -239,7 +303,12 @@ class SessionState:
     @property
     def is_open(self) -> bool:
         """True while the session accepts commands."""
-        return self.status == "open"
+        return self.status == SessionStatus.OPEN
+
+    @property
+    def ended(self) -> bool:
+        """True once the session was closed or expired (it never opens again)."""
+        return self.status == SessionStatus.CLOSED or self.status == SessionStatus.EXPIRED
 
     @property
     def last_item_id(self) -> Optional[str]:

@@ -14,7 +14,7 @@ import hashlib
 from typing import Union
 
 from duplex_es.domain.replace import replace
-from duplex_es.domain.rules import evolver, put_item
+from duplex_es.domain.rules import put_item
 from duplex_es.domain.state import SessionState
 from duplex_es.events import AudioSegment, Event, TranscriptionCompleted, TranscriptionFailed, TranscriptionRequested
 
@@ -53,8 +53,7 @@ def transcription_verdict(state: SessionState, ev: Union[TranscriptionCompleted,
     return "accepted"
 
 
-@evolver.register
-def _(ev: TranscriptionRequested, state: SessionState, seq: int) -> SessionState:
+def evolve_transcription_requested(ev: TranscriptionRequested, state: SessionState, seq: int) -> SessionState:
     item = state.items.get(ev.item_id)
     if item is not None:
         state = put_item(state, replace(item, transcription="requested"))
@@ -70,11 +69,9 @@ def _settle(state: SessionState, ev: Union[TranscriptionCompleted, Transcription
     return replace(state, transcriptions={k: v for k, v in state.transcriptions.items() if k != ev.request_id})
 
 
-@evolver.register
-def _(ev: TranscriptionCompleted, state: SessionState, seq: int) -> SessionState:
+def evolve_transcription_completed(ev: TranscriptionCompleted, state: SessionState, seq: int) -> SessionState:
     return _settle(state, ev, transcript=ev.transcript, transcription="completed")
 
 
-@evolver.register
-def _(ev: TranscriptionFailed, state: SessionState, seq: int) -> SessionState:
+def evolve_transcription_failed(ev: TranscriptionFailed, state: SessionState, seq: int) -> SessionState:
     return _settle(state, ev, transcription="failed")

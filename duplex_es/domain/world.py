@@ -14,7 +14,7 @@ still rising) or close continue it.
 
 from __future__ import annotations
 
-from functools import singledispatch
+from enum import StrEnum
 from typing import Optional, Union
 
 import attrs
@@ -23,8 +23,8 @@ from duplex_es.domain.commands import Detach, Expire, Pump, Resume
 from duplex_es.domain.errors import Code
 from duplex_es.domain.lease import grace_still_running_out, resume_events, with_token
 from duplex_es.domain.replace import replace
-from duplex_es.domain.rules import evolver
 from duplex_es.domain.state import Lease
+from duplex_es.domain.ticks import Verdict, judge_echo
 from duplex_es.events import (
     Control,
     ControlEvent,
@@ -32,6 +32,7 @@ from duplex_es.events import (
     InteractionAccepted,
     InteractionRejected,
     SessionDetached,
+    TickIdentity,
     WorldChunk,
     WorldClosed,
     WorldConfig,
@@ -52,8 +53,11 @@ __all__ = [
     "ResetWorld",
     "CloseWorld",
     "IdRanges",
-    "world_decider",
+    "WorldStatus",
+    "WORLD_TRANSITIONS",
+    "start_world",
     "world_verdict",
+    "world_judge",
     "next_tick_due_ms",
 ]
 
@@ -121,6 +125,34 @@ class WorldTick:
     prompt: str
     controls: tuple[Control, ...]
 
+    def identity(self, session_id: str) -> TickIdentity:
+        """What this tick's output must echo."""
+        return TickIdentity(
+            session_id=session_id,
+            request_id=self.request_id,
+            epoch=self.epoch,
+            chunk_index=self.chunk_index,
+            applied_event_ids=self.applied_event_ids,
+        )
+
+
+class WorldStatus(StrEnum):
+    """A world session's status (moves: :data:`WORLD_TRANSITIONS`)."""
+
+    NEW = "new"
+    ACTIVE = "active"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+#: The status moves an event may make (checked by ``evolve``): a failed session comes back
+#: only through ``session.reset``; a closed one never.
+WORLD_TRANSITIONS: dict[str, frozenset[str]] = {
+    WorldStatus.NEW: frozenset({WorldStatus.ACTIVE}),
+    WorldStatus.ACTIVE: frozenset({WorldStatus.FAILED, WorldStatus.CLOSED}),
+    WorldStatus.FAILED: frozenset({WorldStatus.ACTIVE, WorldStatus.CLOSED}),
+}
+
 
 @attrs.frozen(kw_only=True)
 class WorldState:
@@ -136,7 +168,7 @@ class WorldState:
 
     session_id: str = ""
     seq: int = 0
-    status: str = "new"  # new | active | failed | closed
+    status: WorldStatus = WorldStatus.NEW
     config: Optional[WorldConfig] = None
     epoch: int = 0
     chunk_index: int = 0
@@ -158,7 +190,12 @@ class WorldState:
     @property
     def is_open(self) -> bool:
         """True until the session is closed (a failed session still takes reset and close)."""
-        return self.status in ("active", "failed")
+        return self.status == WorldStatus.ACTIVE or self.status == WorldStatus.FAILED
+
+    @property
+    def ended(self) -> bool:
+        """True once the session was closed (it never opens again)."""
+        return self.status == WorldStatus.CLOSED
 
     @property
     def stale_floor(self) -> int:
@@ -219,15 +256,17 @@ class CloseWorld:
 # ------------------------------------------------------------------------------------ verdicts
 
 
-def world_verdict(state: WorldState, ev: Union[WorldChunk, WorldTickFailed]) -> str:
-    """``accepted``, ``discarded`` (a tick a reset or close cancelled) or ``rejected`` (the
-    output answers the tick in flight but does not echo it exactly)."""
+def world_judge(state: WorldState, ev: Union[WorldChunk, WorldTickFailed]) -> Verdict:
+    """Judge a world output: accepted; discarded ``cancelled_tick`` (not the tick in flight: a
+    reset or close cancelled it); rejected ``identity_mismatch`` (it answers the tick in flight
+    but does not echo it exactly)."""
     t = state.inflight
-    if t is None or ev.request_id != t.request_id:
-        return "discarded"
-    echo = (ev.session_id, ev.request_id, ev.epoch, ev.chunk_index, tuple(ev.applied_event_ids))
-    want = (state.session_id, t.request_id, t.epoch, t.chunk_index, t.applied_event_ids)
-    return "accepted" if echo == want else "rejected"
+    return judge_echo(t.identity(state.session_id) if t is not None else None, ev, epoch=state.epoch, gone="cancelled_tick")
+
+
+def world_verdict(state: WorldState, ev: Union[WorldChunk, WorldTickFailed]) -> str:
+    """``accepted``, ``discarded`` or ``rejected``: :func:`world_judge`'s kind."""
+    return world_judge(state, ev).kind
 
 
 def next_tick_due_ms(state: WorldState) -> Optional[int]:
@@ -235,7 +274,7 @@ def next_tick_due_ms(state: WorldState) -> Optional[int]:
     ``realtime`` one chunk ahead of playback, counted from the epoch's start. ``None`` when no
     tick is due at all (one in flight, failed, closed, detached, or ``max_chunks`` reached)."""
     cfg = state.config
-    if cfg is None or state.status != "active" or state.inflight is not None or state.lease.detached_at_ms is not None:
+    if cfg is None or state.status != WorldStatus.ACTIVE or state.inflight is not None or state.lease.detached_at_ms is not None:
         return None
     if cfg.max_chunks is not None and state.chunk_index >= cfg.max_chunks:
         return None
@@ -260,18 +299,24 @@ def _fold(base_prompt: str, base: tuple[Control, ...], pending: tuple[Pending, .
 # ------------------------------------------------------------------------------------ deciders
 
 
-@singledispatch
-def world_decider(command: object, state: WorldState) -> list[Event]:
-    """Decide ``command`` against an open world session (registered per command class)."""
-    raise TypeError(f"not a world-session command: {command!r}")
+def start_world(cmd: StartWorld) -> list[Event]:
+    """``session.start``: the world session's first event."""
+    return [
+        WorldStarted(
+            client_event_id=cmd.event_id,
+            session_id=cmd.session_id,
+            config=cmd.config,
+            at_ms=cmd.at_ms,
+            resume_token_hash=cmd.resume_token_hash,
+        )
+    ]
 
 
-@world_decider.register
-def _(cmd: Interact, state: WorldState) -> list[Event]:
+def decide_interact(cmd: Interact, state: WorldState) -> list[Event]:
     def refuse(code: str, message: str, param: Optional[str] = None) -> list[Event]:
         return [InteractionRejected(event_id=cmd.event_id, code=code, message=message, param=param)]
 
-    if state.status == "failed":
+    if state.status == WorldStatus.FAILED:
         return refuse(Code.SESSION_FAILED, f"the session failed ({state.failure_code}); send session.reset to continue")
     if cmd.event_id < 0:
         return refuse(Code.INVALID_INTERACTION, "event_id must be >= 0", "event_id")
@@ -287,13 +332,11 @@ def _(cmd: Interact, state: WorldState) -> list[Event]:
     return [InteractionAccepted(event_id=cmd.event_id, prompt=cmd.prompt, controls=cmd.controls, pending=len(state.pending) + 1)]
 
 
-@world_decider.register
-def _(cmd: RefuseInteraction, state: WorldState) -> list[Event]:
+def decide_refuse_interaction(cmd: RefuseInteraction, state: WorldState) -> list[Event]:
     return [InteractionRejected(event_id=cmd.event_id, code=cmd.code, message=cmd.message, param=cmd.param)]
 
 
-@world_decider.register
-def _(cmd: ResetWorld, state: WorldState) -> list[Event]:
+def decide_reset_world(cmd: ResetWorld, state: WorldState) -> list[Event]:
     discarded = tuple(p.event_id for p in state.pending)
     return [
         WorldReset(
@@ -307,8 +350,7 @@ def _(cmd: ResetWorld, state: WorldState) -> list[Event]:
     ]
 
 
-@world_decider.register
-def _(cmd: CloseWorld, state: WorldState) -> list[Event]:
+def decide_close_world(cmd: CloseWorld, state: WorldState) -> list[Event]:
     return _close(state, cmd.reason, cmd.event_id)
 
 
@@ -323,15 +365,13 @@ def _close(state: WorldState, reason: str, event_id: Optional[str]) -> list[Even
     ]
 
 
-@world_decider.register
-def _(cmd: Expire, state: WorldState) -> list[Event]:
+def decide_expire(cmd: Expire, state: WorldState) -> list[Event]:
     if not grace_still_running_out(cmd, state.lease):
         return []
     return _close(state, cmd.reason, None)
 
 
-@world_decider.register
-def _(cmd: Detach, state: WorldState) -> list[Event]:
+def decide_detach(cmd: Detach, state: WorldState) -> list[Event]:
     # The world pauses (no new ticks) and waits for a resume or its disconnect grace; a tick in
     # flight still commits, and a resuming client is re-sent its chunk.
     if state.lease.detached_at_ms is not None:
@@ -339,14 +379,13 @@ def _(cmd: Detach, state: WorldState) -> list[Event]:
     return [SessionDetached(at_ms=cmd.at_ms, reason=cmd.reason)]
 
 
-@world_decider.register
-def _(cmd: Resume, state: WorldState) -> list[Event]:
+def decide_resume(cmd: Resume, state: WorldState) -> list[Event]:
     return resume_events(cmd, state)
 
 
 def pump_world(cmd: Pump, state: WorldState) -> list[Event]:
     """The host's nudge: log a failure an output caused, or issue the next tick when it is due."""
-    if state.failed_request_id is not None and state.status == "active":
+    if state.failed_request_id is not None and state.status == WorldStatus.ACTIVE:
         return [WorldFailed(code=state.failure_code or Code.ENGINE_FAILED, message=state.failure_message or "", request_id=state.failed_request_id)]
     due = next_tick_due_ms(state)
     if due is None or not cmd.request_ids or (cmd.now_ms is not None and cmd.now_ms < due):
@@ -373,35 +412,26 @@ def pump_world(cmd: Pump, state: WorldState) -> list[Event]:
     ]
 
 
-@world_decider.register
-def _(cmd: Pump, state: WorldState) -> list[Event]:
+def decide_pump(cmd: Pump, state: WorldState) -> list[Event]:
     return pump_world(cmd, state)
 
 
 # ------------------------------------------------------------------------------------ evolvers
 
 
-@evolver.register
-def _(ev: WorldStarted, state: WorldState, seq: int) -> WorldState:
+def evolve_world_started(ev: WorldStarted, state: WorldState, seq: int) -> WorldState:
     started = replace(
-        state, session_id=ev.session_id, status="active", config=ev.config, prompt=ev.config.prompt, epoch_started_at_ms=ev.at_ms
+        state, session_id=ev.session_id, status=WorldStatus.ACTIVE, config=ev.config, prompt=ev.config.prompt, epoch_started_at_ms=ev.at_ms
     )
     return with_token(started, ev.resume_token_hash)
 
 
-@evolver.register
-def _(ev: InteractionAccepted, state: WorldState, seq: int) -> WorldState:
+def evolve_interaction_accepted(ev: InteractionAccepted, state: WorldState, seq: int) -> WorldState:
     pending = tuple(sorted(state.pending + (Pending(event_id=ev.event_id, prompt=ev.prompt, controls=ev.controls),), key=lambda p: p.event_id))
     return replace(state, pending=pending, seen=state.seen.add(ev.event_id))
 
 
-@evolver.register
-def _(ev: InteractionRejected, state: WorldState, seq: int) -> WorldState:
-    return state
-
-
-@evolver.register
-def _(ev: WorldTickIssued, state: WorldState, seq: int) -> WorldState:
+def evolve_world_tick_issued(ev: WorldTickIssued, state: WorldState, seq: int) -> WorldState:
     tick = WorldTick(
         request_id=ev.request_id,
         epoch=ev.epoch,
@@ -413,8 +443,7 @@ def _(ev: WorldTickIssued, state: WorldState, seq: int) -> WorldState:
     return replace(state, inflight=tick)
 
 
-@evolver.register
-def _(ev: WorldChunk, state: WorldState, seq: int) -> WorldState:
+def evolve_world_chunk(ev: WorldChunk, state: WorldState, seq: int) -> WorldState:
     verdict = world_verdict(state, ev)
     if verdict == "discarded":
         return state
@@ -441,8 +470,7 @@ def _(ev: WorldChunk, state: WorldState, seq: int) -> WorldState:
     )
 
 
-@evolver.register
-def _(ev: WorldTickFailed, state: WorldState, seq: int) -> WorldState:
+def evolve_world_tick_failed(ev: WorldTickFailed, state: WorldState, seq: int) -> WorldState:
     verdict = world_verdict(state, ev)
     if verdict == "discarded":
         return state
@@ -450,19 +478,17 @@ def _(ev: WorldTickFailed, state: WorldState, seq: int) -> WorldState:
     return replace(state, failure_code=code, failure_message=ev.message, failed_request_id=ev.request_id)
 
 
-@evolver.register
-def _(ev: WorldFailed, state: WorldState, seq: int) -> WorldState:
+def evolve_world_failed(ev: WorldFailed, state: WorldState, seq: int) -> WorldState:
     # Fail closed: nothing in flight, pending kept but never applied until a reset.
-    return replace(state, status="failed", inflight=None, failure_code=ev.code, failure_message=ev.message, failed_request_id=None)
+    return replace(state, status=WorldStatus.FAILED, inflight=None, failure_code=ev.code, failure_message=ev.message, failed_request_id=None)
 
 
-@evolver.register
-def _(ev: WorldReset, state: WorldState, seq: int) -> WorldState:
+def evolve_world_reset(ev: WorldReset, state: WorldState, seq: int) -> WorldState:
     cfg = state.config
     assert cfg is not None
     return replace(
         state,
-        status="active",
+        status=WorldStatus.ACTIVE,
         epoch=ev.epoch,
         chunk_index=0,
         epoch_started_at_ms=ev.at_ms,
@@ -479,7 +505,6 @@ def _(ev: WorldReset, state: WorldState, seq: int) -> WorldState:
     )
 
 
-@evolver.register
-def _(ev: WorldClosed, state: WorldState, seq: int) -> WorldState:
-    return replace(state, status="closed", inflight=None, pending=())
+def evolve_world_closed(ev: WorldClosed, state: WorldState, seq: int) -> WorldState:
+    return replace(state, status=WorldStatus.CLOSED, inflight=None, pending=())
 

@@ -6,6 +6,7 @@ from duplex_es.events.catalogue import *  # noqa: F401,F403
 from duplex_es.events.catalogue import __all__ as _catalogue_all
 from duplex_es.events.world import *  # noqa: F401,F403
 from duplex_es.events.world import __all__ as _world_all
+from duplex_es.events.ticks import TickAnswer, TickCanceller, TickIdentity, TickRequest
 from duplex_es.events.codec import (
     EventDecodeError,
     decode,
@@ -30,6 +31,10 @@ __all__ = [
     "encode_data",
     "register_upcaster",
     "to_plain",
+    "TickAnswer",
+    "TickCanceller",
+    "TickIdentity",
+    "TickRequest",
     *_catalogue_all,
     *_world_all,
 ]

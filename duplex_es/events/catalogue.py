@@ -20,6 +20,7 @@ from typing import Any, Optional
 import attrs
 
 from duplex_es.events.base import Event, event
+from duplex_es.events.ticks import TickAnswer, TickCanceller, TickRequest
 
 __all__ = [
     "AudioFormat",
@@ -628,7 +629,7 @@ class ResponseCreated(Event):
 
 
 @event("tick.issued")
-class TickIssued(Event):
+class TickIssued(TickRequest):
     """A tick snapshot: the frozen input of one engine step (docs/architecture.md, I5).
 
     ``applied_event_ids`` are the session seqs of the accepted model-feeding events this step
@@ -644,9 +645,22 @@ class TickIssued(Event):
     kind: str = "speech"
     inputs: SpeechInputs = SpeechInputs()
 
+    def failed(self, session_id: str, code: str, message: str) -> "TickFailed":
+        """The answer a worker logs when its engine failed on this tick (echoing it)."""
+        return TickFailed(
+            session_id=session_id,
+            request_id=self.request_id,
+            response_id=self.response_id,
+            epoch=self.epoch,
+            chunk_index=self.chunk_index,
+            applied_event_ids=self.applied_event_ids,
+            code=code,
+            message=message,
+        )
+
 
 @event("tick.output")
-class TickOutput(Event):
+class TickOutput(TickAnswer):
     """An engine's output for one tick, appended by a worker.
 
     It echoes the tick's identity (``session_id``, ``request_id``, ``epoch``, ``chunk_index``,
@@ -677,8 +691,10 @@ class TickOutput(Event):
 
 
 @event("tick.failed")
-class TickFailed(Event):
+class TickFailed(TickAnswer):
     """An engine step failed; the response it belongs to ends ``failed``."""
+
+    FAILURE = True
 
     session_id: str
     request_id: str
@@ -691,7 +707,7 @@ class TickFailed(Event):
 
 
 @event("epoch.advanced")
-class EpochAdvanced(Event):
+class EpochAdvanced(TickCanceller):
     """The session's fence moved: every tick of an older epoch is dead (docs/architecture.md, I7).
 
     ``reason`` is the cause (``client_cancelled``, ``turn_detected``, ``barge_in``,
@@ -761,7 +777,7 @@ class PlaybackAcked(Event):
 
 
 @event("transcription.requested")
-class TranscriptionRequested(Event):
+class TranscriptionRequested(TickRequest):
     """A committed user audio item is to be transcribed (``audio.input.transcription`` is set):
     a tick of kind ``transcription`` that a worker claims like any other.
 
@@ -777,9 +793,15 @@ class TranscriptionRequested(Event):
     settings: Optional[Any] = None
     kind: str = "transcription"
 
+    FENCED = False  # a cancelled response does not cancel the transcript of its turn
+
+    def failed(self, session_id: str, code: str, message: str) -> "TranscriptionFailed":
+        """The answer a worker logs when its transcriber failed on this request."""
+        return TranscriptionFailed(session_id=session_id, request_id=self.request_id, item_id=self.item_id, code=code, message=message)
+
 
 @event("transcription.completed")
-class TranscriptionCompleted(Event):
+class TranscriptionCompleted(TickAnswer):
     """A worker's transcript of ``item_id``, answering ``request_id`` (it must echo both).
     ``seconds`` is the audio transcribed; ``engine`` the transcriber that ran."""
 
@@ -792,9 +814,11 @@ class TranscriptionCompleted(Event):
 
 
 @event("transcription.failed")
-class TranscriptionFailed(Event):
+class TranscriptionFailed(TickAnswer):
     """Transcribing ``item_id`` failed (``code``, ``message``); the item stays without a
     transcript."""
+
+    FAILURE = True
 
     session_id: str
     request_id: str

@@ -12,8 +12,10 @@ from typing import Any, Optional
 import attrs
 
 from duplex_es.events.base import Event, event
+from duplex_es.events.ticks import TickAnswer, TickCanceller, TickRequest
 
 __all__ = [
+    "CAMERA_SCHEMA",
     "WorldConfig",
     "Control",
     "ControlEvent",
@@ -27,6 +29,10 @@ __all__ = [
     "WorldReset",
     "WorldClosed",
 ]
+
+
+#: The control schema of the reference engine's camera track: ``{"keys": ["W", "A", ...]}``.
+CAMERA_SCHEMA = "duplex_es.camera_keys.v1"
 
 
 @attrs.frozen(kw_only=True)
@@ -106,7 +112,7 @@ class InteractionRejected(Event):
 
 
 @event("world.tick.issued")
-class WorldTickIssued(Event):
+class WorldTickIssued(TickRequest):
     """The frozen input of one AR block (vLLM-Omni's ``ARDiffusionTickRequest``).
 
     ``applied_event_ids`` are the pending interactions this block applies, sorted; ``prompt`` and
@@ -131,9 +137,21 @@ class WorldTickIssued(Event):
     kind: str = "world"
     issued_at_ms: Optional[int] = None
 
+    def failed(self, session_id: str, code: str, message: str) -> "WorldTickFailed":
+        """The answer a worker logs when its engine failed on this tick (echoing it)."""
+        return WorldTickFailed(
+            session_id=session_id,
+            request_id=self.request_id,
+            epoch=self.epoch,
+            chunk_index=self.chunk_index,
+            applied_event_ids=self.applied_event_ids,
+            code=code,
+            message=message,
+        )
+
 
 @event("world.chunk")
-class WorldChunk(Event):
+class WorldChunk(TickAnswer):
     """One block of frames from a worker, echoing its tick's identity.
 
     ``frames`` are base64 PNG images, ``frame_hashes`` the SHA-256 (hex) of each frame's raw RGB
@@ -153,8 +171,10 @@ class WorldChunk(Event):
 
 
 @event("world.tick.failed")
-class WorldTickFailed(Event):
+class WorldTickFailed(TickAnswer):
     """The engine failed on a tick; the session fails closed."""
+
+    FAILURE = True
 
     session_id: str
     request_id: str
@@ -176,7 +196,7 @@ class WorldFailed(Event):
 
 
 @event("world.session.reset")
-class WorldReset(Event):
+class WorldReset(TickCanceller):
     """``session.reset``: the epoch rises, ``chunk_index`` restarts at 0, the tick in flight (if
     any) is cancelled and every pending interaction is discarded by name; ids must keep rising
     above ``floor``."""
@@ -190,7 +210,7 @@ class WorldReset(Event):
 
 
 @event("world.session.closed")
-class WorldClosed(Event):
+class WorldClosed(TickCanceller):
     """The world session ended; pending interactions are discarded by name."""
 
     client_event_id: Optional[str] = None

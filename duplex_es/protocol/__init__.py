@@ -2,7 +2,6 @@
 vocabulary or (per connection) the beta one."""
 
 from duplex_es.protocol.beta import client_event_to_ga, wire_to_beta
-from duplex_es.protocol import world as _world  # noqa: F401  (registers the world projections)
 from duplex_es.protocol.inbound import (
     CLIENT_EVENT_TYPES,
     MAX_FRAME_BYTES,
@@ -16,14 +15,15 @@ from duplex_es.protocol.inbound import (
 from duplex_es.protocol.outbound import (
     EXTENSION_EVENT_TYPES,
     encode_wire,
-    project,
     server_event_seq,
     split_server_event_seq,
 )
+from duplex_es.protocol.wire import SILENT_EVENT_TYPES, project
 
 __all__ = [
     "CLIENT_EVENT_TYPES",
     "EXTENSION_EVENT_TYPES",
+    "SILENT_EVENT_TYPES",
     "MAX_FRAME_BYTES",
     "CommandError",
     "ResumeRequest",

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import json
-from functools import singledispatch
 from typing import Any, Callable, Optional
 
 import attrs
@@ -29,7 +28,6 @@ from duplex_es.events import (
     AudioAppended,
     AudioFormat,
     CommandRejected,
-    Event,
     HeartbeatReceived,
     InputCleared,
     InputCommitted,
@@ -61,7 +59,9 @@ from duplex_es.events import (
 
 __all__ = [
     "AudioReader",
-    "project",
+    "Ctx",
+    "Projection",
+    "PROJECTIONS",
     "stamp",
     "encode_wire",
     "server_event_seq",
@@ -92,8 +92,8 @@ EXTENSION_EVENT_TYPES = frozenset(
     }
 )
 
-#: Log events that are deliberately not on the wire (every other event type has a projection;
-#: ``tests/test_tables.py`` checks both): ticks and their failures are between the session and
+#: Speech log events that are deliberately not on the wire (every other event type has a
+#: projection; ``tests/test_tables.py`` checks both): ticks and their failures are between the session and
 #: its workers (a failure reaches the client as its response's ``response.done``), an epoch
 #: change is seen through the ``response.done`` it causes, typed text and a deferred response
 #: through the commit and ``response.created`` that use them, a detach has nobody to tell.
@@ -101,8 +101,6 @@ SILENT_EVENT_TYPES = frozenset(
     {
         "tick.issued",
         "tick.failed",
-        "world.tick.issued",
-        "world.tick.failed",
         "transcription.requested",
         "epoch.advanced",
         "input.text.appended",
@@ -155,26 +153,18 @@ def encode_wire(wire: dict[str, Any]) -> str:
     return _WIRE_JSON.encode(wire)
 
 
-def project(
-    before: SessionState, seq: int, event: Event, after: SessionState, audio_of: Optional[AudioReader] = None
-) -> list[dict[str, Any]]:
-    """The wire events a committed log event produces, already stamped.
+class Ctx:
+    """What a projection sees besides its event: the state ``before`` it and ``after`` it, and
+    ``audio_of``, which reads logged audio (``None``: not available)."""
 
-    Args:
-        before: the session state before the event.
-        seq: the event's session seq.
-        event: the event.
-        after: ``evolve(before, seq, event)``.
-        audio_of: reads logged audio, for ``conversation.item.retrieved`` (omitted without it).
-    """
-    return stamp(seq, _project(event, _Ctx(before, after, audio_of)))
-
-
-class _Ctx:
     __slots__ = ("before", "after", "audio_of")
 
-    def __init__(self, before: SessionState, after: SessionState, audio_of: Optional[AudioReader]) -> None:
+    def __init__(self, before: Any, after: Any, audio_of: Optional[AudioReader]) -> None:
         self.before, self.after, self.audio_of = before, after, audio_of
+
+
+#: ``projection(event, ctx) -> wire events`` (unstamped) for one event class.
+Projection = Callable[[Any, Ctx], list[dict[str, Any]]]
 
 
 # ------------------------------------------------------------------------------------- shapes
@@ -378,48 +368,35 @@ def _closing(state: SessionState, resp: Response, item: Item) -> list[dict[str, 
 _TAKEOVER_REFUSALS = frozenset({Code.RESUME_CONFLICT, Code.RESUME_TOKEN_INVALID, Code.SESSION_CLOSED})
 
 
-@singledispatch
-def _project(event: Event, ctx: _Ctx) -> list[dict[str, Any]]:
-    return []  # SILENT_EVENT_TYPES: not on the wire
-
-
-@_project.register
-def _(ev: SessionOpened, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_session_opened(ev: SessionOpened, ctx: Ctx) -> list[dict[str, Any]]:
     return [{"type": "session.created", "session": session_json(ev.session_id, ev.config)}]
 
 
-@_project.register
-def _(ev: SessionUpdated, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_session_updated(ev: SessionUpdated, ctx: Ctx) -> list[dict[str, Any]]:
     return [{"type": "session.updated", "session": session_json(ctx.after.session_id, ev.config)}]
 
 
-@_project.register
-def _(ev: SessionClosed, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_session_closed(ev: SessionClosed, ctx: Ctx) -> list[dict[str, Any]]:
     return [{"type": "session.closed", "session_id": ctx.after.session_id, "reason": ev.reason}]
 
 
-@_project.register
-def _(ev: SessionExpired, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_session_expired(ev: SessionExpired, ctx: Ctx) -> list[dict[str, Any]]:
     return [{"type": "session.expired", "session_id": ctx.after.session_id, "reason": ev.reason}]
 
 
-@_project.register
-def _(ev: SessionResumed, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_session_resumed(ev: SessionResumed, ctx: Ctx) -> list[dict[str, Any]]:
     return [{"type": "session.resumed", "session_id": ctx.after.session_id, "lease_generation": ev.lease_generation}]
 
 
-@_project.register
-def _(ev: HeartbeatReceived, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_heartbeat_received(ev: HeartbeatReceived, ctx: Ctx) -> list[dict[str, Any]]:
     return [{"type": "session.heartbeat_ack"}]
 
 
-@_project.register
-def _(ev: TurnSignaled, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_turn_signaled(ev: TurnSignaled, ctx: Ctx) -> list[dict[str, Any]]:
     return [{"type": "turn.event", "event": ev.signal, "epoch": ctx.after.epoch}]
 
 
-@_project.register
-def _(ev: CommandRejected, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_command_rejected(ev: CommandRejected, ctx: Ctx) -> list[dict[str, Any]]:
     if ev.command_type == "session.resume" and ev.code in _TAKEOVER_REFUSALS:
         return []  # a refused takeover is told to the client that tried it, not the session's listener
     return [
@@ -430,8 +407,7 @@ def _(ev: CommandRejected, ctx: _Ctx) -> list[dict[str, Any]]:
     ]
 
 
-@_project.register
-def _(ev: CommandDeduplicated, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_command_deduplicated(ev: CommandDeduplicated, ctx: Ctx) -> list[dict[str, Any]]:
     """A retried command (same ``event_id``, same content) was not applied again (extension):
     the first one's server events start at ``first_server_event_seq``."""
     return [
@@ -444,15 +420,13 @@ def _(ev: CommandDeduplicated, ctx: _Ctx) -> list[dict[str, Any]]:
     ]
 
 
-@_project.register
-def _(ev: TimeoutTriggered, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_timeout_triggered(ev: TimeoutTriggered, ctx: Ctx) -> list[dict[str, Any]]:
     return [
         {"type": "input_audio_buffer.timeout_triggered", "audio_start_ms": ev.audio_start_ms, "audio_end_ms": ev.audio_end_ms, "item_id": ev.item_id}
     ]
 
 
-@_project.register
-def _(ev: TranscriptionCompleted, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_transcription_completed(ev: TranscriptionCompleted, ctx: Ctx) -> list[dict[str, Any]]:
     if transcription_verdict(ctx.before, ev) != "accepted" or ev.item_id not in ctx.after.items:
         return []  # answered twice, cancelled, or its item was deleted meanwhile
     ids = {"item_id": ev.item_id, "content_index": 0}
@@ -467,16 +441,14 @@ def _(ev: TranscriptionCompleted, ctx: _Ctx) -> list[dict[str, Any]]:
     ]
 
 
-@_project.register
-def _(ev: TranscriptionFailed, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_transcription_failed(ev: TranscriptionFailed, ctx: Ctx) -> list[dict[str, Any]]:
     if transcription_verdict(ctx.before, ev) != "accepted" or ev.item_id not in ctx.after.items:
         return []
     error = {"type": "server_error", "code": ev.code, "message": f"transcription of item {ev.item_id} failed: {ev.message}", "param": None}
     return [{"type": "conversation.item.input_audio_transcription.failed", "item_id": ev.item_id, "content_index": 0, "error": error}]
 
 
-@_project.register
-def _(ev: AudioAppended, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_audio_appended(ev: AudioAppended, ctx: Ctx) -> list[dict[str, Any]]:
     """With ``acknowledge_appends`` on, each logged append is acknowledged (duplex extension):
     the client's ``event_id`` and where its audio lies on the input clock, in ms since the
     session's first sample (``audio_end_ms`` is the buffer's end once it is appended)."""
@@ -494,18 +466,15 @@ def _(ev: AudioAppended, ctx: _Ctx) -> list[dict[str, Any]]:
     ]
 
 
-@_project.register
-def _(ev: SpeechStarted, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_speech_started(ev: SpeechStarted, ctx: Ctx) -> list[dict[str, Any]]:
     return [{"type": "input_audio_buffer.speech_started", "audio_start_ms": ev.audio_start_ms, "item_id": ev.item_id}]
 
 
-@_project.register
-def _(ev: SpeechStopped, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_speech_stopped(ev: SpeechStopped, ctx: Ctx) -> list[dict[str, Any]]:
     return [{"type": "input_audio_buffer.speech_stopped", "audio_end_ms": ev.audio_end_ms, "item_id": ev.item_id}]
 
 
-@_project.register
-def _(ev: InputCommitted, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_input_committed(ev: InputCommitted, ctx: Ctx) -> list[dict[str, Any]]:
     item = item_json(ctx.after.items[ev.item_id])
     prev = ev.previous_item_id
     return [
@@ -515,13 +484,11 @@ def _(ev: InputCommitted, ctx: _Ctx) -> list[dict[str, Any]]:
     ]
 
 
-@_project.register
-def _(ev: InputCleared, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_input_cleared(ev: InputCleared, ctx: Ctx) -> list[dict[str, Any]]:
     return [{"type": "input_audio_buffer.cleared"}]
 
 
-@_project.register
-def _(ev: ItemCreated, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_item_created(ev: ItemCreated, ctx: Ctx) -> list[dict[str, Any]]:
     item = item_json(ctx.after.items[ev.item_id])
     return [
         {"type": "conversation.item.added", "item": item, "previous_item_id": ev.previous_item_id},
@@ -529,13 +496,11 @@ def _(ev: ItemCreated, ctx: _Ctx) -> list[dict[str, Any]]:
     ]
 
 
-@_project.register
-def _(ev: ItemDeleted, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_item_deleted(ev: ItemDeleted, ctx: Ctx) -> list[dict[str, Any]]:
     return [{"type": "conversation.item.deleted", "item_id": ev.item_id}]
 
 
-@_project.register
-def _(ev: ItemRetrieved, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_item_retrieved(ev: ItemRetrieved, ctx: Ctx) -> list[dict[str, Any]]:
     item = ctx.after.items[ev.item_id]
     audio = None
     if ctx.audio_of is not None and item.audio:
@@ -547,21 +512,18 @@ def _(ev: ItemRetrieved, ctx: _Ctx) -> list[dict[str, Any]]:
     return [{"type": "conversation.item.retrieved", "item": item_json(item, audio)}]
 
 
-@_project.register
-def _(ev: ItemTruncated, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_item_truncated(ev: ItemTruncated, ctx: Ctx) -> list[dict[str, Any]]:
     return [{"type": "conversation.item.truncated", "item_id": ev.item_id, "content_index": ev.content_index, "audio_end_ms": ev.audio_end_ms}]
 
 
-@_project.register
-def _(ev: ResponseCreated, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_response_created(ev: ResponseCreated, ctx: Ctx) -> list[dict[str, Any]]:
     resp = ctx.after.responses[ev.response_id]
     return [{"type": "response.created", "response": _response_json(ctx.after, resp)}] + _opening(
         ctx.after, resp, ctx.after.items[ev.item_id]
     )
 
 
-@_project.register
-def _(ev: TickOutput, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_tick_output(ev: TickOutput, ctx: Ctx) -> list[dict[str, Any]]:
     if not classify_output(ctx.before, ev).accepted:
         return []  # docs/architecture.md, I7: discarded output is logged, never sent
     after = ctx.after
@@ -599,13 +561,11 @@ def _(ev: TickOutput, ctx: _Ctx) -> list[dict[str, Any]]:
     return out
 
 
-@_project.register
-def _(ev: OutputAudioCleared, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_output_audio_cleared(ev: OutputAudioCleared, ctx: Ctx) -> list[dict[str, Any]]:
     return [{"type": "output_audio_buffer.cleared", "response_id": ev.response_id}]
 
 
-@_project.register
-def _(ev: ResponseDone, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_response_done(ev: ResponseDone, ctx: Ctx) -> list[dict[str, Any]]:
     after = ctx.after
     # A response fully played when it ends is released at once: read it from before.
     resp_before = ctx.before.responses[ev.response_id]
@@ -626,8 +586,7 @@ def _ended(resp: Response, ev: ResponseDone) -> Response:
     return attrs.evolve(resp, status=ev.status, status_reason=ev.reason)
 
 
-@_project.register
-def _(ev: PlaybackAcked, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_playback_acked(ev: PlaybackAcked, ctx: Ctx) -> list[dict[str, Any]]:
     item = ctx.after.items.get(ev.item_id)
     return [
         {
@@ -640,3 +599,36 @@ def _(ev: PlaybackAcked, ctx: _Ctx) -> list[dict[str, Any]]:
             "transcript": item.transcript if item is not None else "",
         }
     ]
+
+
+#: The speech kind's projections, and those of the events every kind logs (refusals,
+#: deduplicated retries, resumes): event class → projection. An event class not here is either
+#: another kind's or in :data:`SILENT_EVENT_TYPES`.
+PROJECTIONS: dict[type, Projection] = {
+    SessionOpened: project_session_opened,
+    SessionUpdated: project_session_updated,
+    SessionClosed: project_session_closed,
+    SessionExpired: project_session_expired,
+    SessionResumed: project_session_resumed,
+    HeartbeatReceived: project_heartbeat_received,
+    TurnSignaled: project_turn_signaled,
+    CommandRejected: project_command_rejected,
+    CommandDeduplicated: project_command_deduplicated,
+    TimeoutTriggered: project_timeout_triggered,
+    TranscriptionCompleted: project_transcription_completed,
+    TranscriptionFailed: project_transcription_failed,
+    AudioAppended: project_audio_appended,
+    SpeechStarted: project_speech_started,
+    SpeechStopped: project_speech_stopped,
+    InputCommitted: project_input_committed,
+    InputCleared: project_input_cleared,
+    ItemCreated: project_item_created,
+    ItemDeleted: project_item_deleted,
+    ItemRetrieved: project_item_retrieved,
+    ItemTruncated: project_item_truncated,
+    ResponseCreated: project_response_created,
+    TickOutput: project_tick_output,
+    OutputAudioCleared: project_output_audio_cleared,
+    ResponseDone: project_response_done,
+    PlaybackAcked: project_playback_acked,
+}

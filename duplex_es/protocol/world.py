@@ -12,6 +12,7 @@ from duplex_es.domain.commands import Invalid
 from duplex_es.domain.errors import Code
 from duplex_es.domain.world import CloseWorld, Interact, RefuseInteraction, ResetWorld, StartWorld, world_verdict
 from duplex_es.events import (
+    CAMERA_SCHEMA,
     Control,
     InteractionAccepted,
     InteractionRejected,
@@ -23,12 +24,11 @@ from duplex_es.events import (
     WorldStarted,
 )
 from duplex_es.protocol.inbound import MAX_FRAME_BYTES, MAX_INT, CommandError, _bad_string, _no_constant, _printable, resume_request
-from duplex_es.protocol.outbound import _Ctx, _project
+from duplex_es.protocol.outbound import Ctx, Projection
 
-__all__ = ["parse_world_frame", "world_start_config", "WORLD_LIMITS", "CAMERA_SCHEMA"]
+__all__ = ["parse_world_frame", "world_start_config", "WORLD_LIMITS", "CAMERA_SCHEMA", "PROJECTIONS", "SILENT_EVENT_TYPES"]
 
 #: The camera control schema the reference world engine reads.
-CAMERA_SCHEMA = "duplex_es.camera_keys.v1"
 
 #: Bounds of a ``session.start`` request.
 WORLD_LIMITS = {"width": (16, 1024), "height": (16, 1024), "fps": (1, 60), "frames_per_chunk": (1, 48), "max_pending": (1, 1024)}
@@ -168,8 +168,7 @@ def parse_world_frame(raw: str | bytes, new_id: Callable[[str], str], now_ms: in
 # ---------------------------------------------------------------------------------- projection
 
 
-@_project.register
-def _(ev: WorldStarted, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_world_started(ev: WorldStarted, ctx: Ctx) -> list[dict[str, Any]]:
     c = ev.config
     return [
         {
@@ -191,19 +190,16 @@ def _(ev: WorldStarted, ctx: _Ctx) -> list[dict[str, Any]]:
     ]
 
 
-@_project.register
-def _(ev: InteractionAccepted, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_interaction_accepted(ev: InteractionAccepted, ctx: Ctx) -> list[dict[str, Any]]:
     # "event_id" is the server event's own id; the interaction's id travels beside it.
     return [{"type": "session.interaction.accepted", "interaction_event_id": ev.event_id, "pending": ev.pending}]
 
 
-@_project.register
-def _(ev: InteractionRejected, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_interaction_rejected(ev: InteractionRejected, ctx: Ctx) -> list[dict[str, Any]]:
     return [{"type": "error", "error": {"type": "invalid_request_error", "code": ev.code, "message": ev.message, "param": ev.param, "event_id": ev.event_id}}]
 
 
-@_project.register
-def _(ev: WorldChunk, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_world_chunk(ev: WorldChunk, ctx: Ctx) -> list[dict[str, Any]]:
     if world_verdict(ctx.before, ev) != "accepted":  # type: ignore[arg-type]
         return []  # a cancelled tick's chunk or a broken echo is logged, never sent
     return [
@@ -222,16 +218,29 @@ def _(ev: WorldChunk, ctx: _Ctx) -> list[dict[str, Any]]:
     ]
 
 
-@_project.register
-def _(ev: WorldFailed, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_world_failed(ev: WorldFailed, ctx: Ctx) -> list[dict[str, Any]]:
     return [{"type": "session.failed", "code": ev.code, "message": ev.message, "request_id": ev.request_id}]
 
 
-@_project.register
-def _(ev: WorldReset, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_world_reset(ev: WorldReset, ctx: Ctx) -> list[dict[str, Any]]:
     return [{"type": "session.reset_done", "epoch": ev.epoch, "chunk_index": 0, "floor": ev.floor, "discarded_event_ids": list(ev.discarded_event_ids)}]
 
 
-@_project.register
-def _(ev: WorldClosed, ctx: _Ctx) -> list[dict[str, Any]]:
+def project_world_closed(ev: WorldClosed, ctx: Ctx) -> list[dict[str, Any]]:
     return [{"type": "session.closed", "session_id": ctx.after.session_id, "reason": ev.reason}]
+
+
+#: The world kind's projections: event class → projection.
+PROJECTIONS: dict[type, Projection] = {
+    WorldStarted: project_world_started,
+    InteractionAccepted: project_interaction_accepted,
+    InteractionRejected: project_interaction_rejected,
+    WorldChunk: project_world_chunk,
+    WorldFailed: project_world_failed,
+    WorldReset: project_world_reset,
+    WorldClosed: project_world_closed,
+}
+
+#: World log events deliberately not on the wire: a tick is between the session and its
+#: workers; a failed one reaches the client as ``session.failed``.
+SILENT_EVENT_TYPES = frozenset({"world.tick.issued", "world.tick.failed"})

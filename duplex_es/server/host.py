@@ -33,22 +33,19 @@ from duplex_es.domain import (
     Pump,
     Resume,
     RetrieveItem,
-    SessionState,
     TurnSignal,
     UpdateSession,
     decide,
     evolve,
+    new_state,
 )
 from duplex_es.domain.commands import Command
 from duplex_es.domain.lease import resume_events
-from duplex_es.domain.world import WorldState, next_tick_due_ms
+from duplex_es.domain.kinds import ENDED_BY, kind_of
 from duplex_es.events import (
     CommandRejected,
     ItemRetrieved,
-    SessionClosed,
-    SessionExpired,
     SessionResumed,
-    WorldClosed,
     segments_audio,
 )
 from duplex_es.protocol import project, split_server_event_seq
@@ -192,7 +189,7 @@ class SessionHost:
         # rows commit before the host folds them; it must not wake the host to read them back.
         self.appending_through = 0
         self._snapshot_task: Optional[asyncio.Task] = None
-        self.state = SessionState()
+        self.state: Any = new_state()
         self._lock = asyncio.Lock()
         self._queue: Optional[asyncio.Queue] = None
         self.ended = asyncio.Event()
@@ -534,10 +531,9 @@ class SessionHost:
         self._schedule_paced_tick()
 
     def _schedule_paced_tick(self) -> None:
-        """A realtime-paced world session issues its next tick when it is due: wake up then."""
-        if not isinstance(self.state, WorldState):
-            return
-        due = next_tick_due_ms(self.state)
+        """A session whose kind paces itself (a realtime world issues its next tick when it is
+        due) is pumped when its kind says: wake up then."""
+        due = kind_of(self.state).wakeup_ms(self.state)
         if due is None:
             return
         delay = (due - now_ms()) / 1000
@@ -546,10 +542,10 @@ class SessionHost:
                 self._timer.cancel()
             self._timer = asyncio.get_running_loop().call_later(delay, lambda: asyncio.create_task(self.catch_up()))
 
-    async def _wire_of(self, before: SessionState | WorldState, r: Recorded, after: SessionState | WorldState) -> list[dict[str, Any]]:
+    async def _wire_of(self, before: Any, r: Recorded, after: Any) -> list[dict[str, Any]]:
         """The wire events of one committed record (reading logged audio a retrieve returns)."""
         audio = None
-        if isinstance(r.event, ItemRetrieved) and isinstance(after, SessionState):
+        if isinstance(r.event, ItemRetrieved):
             item = after.items.get(r.event.item_id)
             segments = item.audio if item is not None else ()
             logged = await asyncio.to_thread(self.log.read_seqs, self.session_id, tuple({s.seq for s in segments}))
@@ -577,7 +573,7 @@ class SessionHost:
             if self._queue is not None and not quiet:
                 for wire in self._revealed(r, wires):
                     self._queue.put_nowait(wire)
-            if isinstance(r.event, (SessionClosed, SessionExpired, WorldClosed)):
+            if isinstance(r.event, ENDED_BY):
                 self.ended.set()
                 if self._queue is not None:
                     self._queue.put_nowait(_END)

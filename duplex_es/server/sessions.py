@@ -19,8 +19,10 @@ from typing import Optional
 import attrs
 
 from duplex_es.domain import Code, Detach, OpenSession, Resume
-from duplex_es.domain.world import StartWorld, WorldState
-from duplex_es.events import CommandRejected, SessionClosed, SessionExpired, WorldClosed
+from duplex_es.domain import kind_of
+from duplex_es.domain.kinds import ENDED_BY
+from duplex_es.domain.world import StartWorld
+from duplex_es.events import CommandRejected
 from duplex_es.server.follower import LogFollower
 from duplex_es.server.host import SessionHost, SessionMoved, new_id, now_ms
 from duplex_es.server.models import DEFAULT_ENGINE, ModelMap
@@ -41,7 +43,7 @@ __all__ = ["DuplexSessions", "ModelNotServed", "ResumeRefused", "DEFAULT_MODEL",
 log = logging.getLogger(__name__)
 
 #: The log events after which a session takes no more commands.
-TERMINAL_EVENT_TYPES = (SessionClosed.TYPE, SessionExpired.TYPE, WorldClosed.TYPE)
+TERMINAL_EVENT_TYPES = tuple(t.TYPE for t in ENDED_BY)
 
 #: Bounds of the ownership lease (ms): renewed every third of it, so it must outlast a few
 #: database round trips; a day is longer than anyone waits for a dead server's sessions.
@@ -83,10 +85,6 @@ def default_server_id() -> str:
     """``host:pid:random``: unique to this process. ``serve`` passes ``host:port`` instead, so a
     server restarted on the same port takes its sessions up at once."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-
-
-def _kind(state: object) -> str:
-    return "world" if isinstance(state, WorldState) else "speech"
 
 
 @attrs.frozen
@@ -335,8 +333,8 @@ class DuplexSessions:
         host = await self.load(session_id)
         if host is None:
             raise ResumeRefused(Code.SESSION_NOT_FOUND, f"no session {session_id}", "session_id")
-        if kind is not None and _kind(host.state) != kind:
-            message = f"{session_id} is a {_kind(host.state)} session: resume it on its own endpoint"
+        if kind is not None and kind_of(host.state).name != kind:
+            message = f"{session_id} is a {kind_of(host.state).name} session: resume it on its own endpoint"
             raise ResumeRefused(Code.SESSION_NOT_FOUND, message, "session_id")
         if not host.state.is_open:
             raise ResumeRefused(Code.SESSION_CLOSED, f"session {session_id} is {host.state.status}", "session_id")
@@ -370,7 +368,7 @@ class DuplexSessions:
         expired = []
         for host in list(self.hosts.values()):
             state = host.state
-            if state.status in ("closed", "expired"):
+            if state.ended:
                 self.hosts.pop(host.session_id, None)
                 await self._release(host)
                 continue

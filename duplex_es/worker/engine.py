@@ -6,11 +6,11 @@ CPU reference engines: the worker's claims, fencing and commits do not change (d
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Protocol, runtime_checkable
+from typing import Any, Callable, Optional, Protocol, runtime_checkable
 
 import attrs
 
-from duplex_es.events import AudioSegment, InputTranscript, Mark, TickIssued, TokenUsage, TranscriptionRequested
+from duplex_es.events import AudioSegment, Event, InputTranscript, Mark, TickIdentity, TickIssued, TickRequest, TokenUsage, TranscriptionRequested
 
 __all__ = [
     "TickIdentity",
@@ -20,31 +20,9 @@ __all__ = [
     "Engine",
     "TranscriptionContext",
     "TranscriptionOutput",
+    "TickContract",
+    "AudioCutter",
 ]
-
-
-@attrs.frozen(kw_only=True)
-class TickIdentity:
-    """What an output must echo exactly to be accepted (docs/architecture.md, I5)."""
-
-    session_id: str
-    request_id: str
-    response_id: str
-    epoch: int
-    chunk_index: int
-    applied_event_ids: tuple[int, ...]
-
-    @classmethod
-    def of(cls, session_id: str, tick: TickIssued) -> "TickIdentity":
-        """The identity of ``tick`` in ``session_id``."""
-        return cls(
-            session_id=session_id,
-            request_id=tick.request_id,
-            response_id=tick.response_id,
-            epoch=tick.epoch,
-            chunk_index=tick.chunk_index,
-            applied_event_ids=tuple(tick.applied_event_ids),
-        )
 
 
 @attrs.frozen(kw_only=True)
@@ -134,3 +112,28 @@ class Engine(Protocol):
     def step(self, ctx: TickContext) -> EngineOutput:
         """Run one tick. Raises :class:`EngineError` for a failure the session should see."""
         ...
+
+
+#: ``cut(session_id, segments, bytes_per_sample) -> bytes``: the logged input audio of those
+#: segments (the worker reads it from the log; engines get it through their context).
+AudioCutter = Callable[[str, tuple[AudioSegment, ...], int], bytes]
+
+
+@attrs.frozen(kw_only=True)
+class TickContract:
+    """How a worker runs one kind of tick (docs/architecture.md, "Session kinds"): the
+    engine's input and what its output is logged as. The claim, heartbeat, fencing and commit
+    are the same for every kind.
+
+    Attributes:
+        kind: the ticks' ``kind`` (``speech``, ``world``, ``transcription``), which an engine
+            lists in its ``kinds``.
+        context: ``context(session_id, tick, cut_audio) -> ctx``: what ``engine.step`` gets.
+        answer: ``answer(session_id, engine_name, output) -> events``: the log events for the
+            engine's output; their identity comes from the engine's echo, not from the claim,
+            so an engine that answers the wrong tick is caught by the session (I5).
+    """
+
+    kind: str
+    context: Callable[[str, TickRequest, AudioCutter], Any]
+    answer: Callable[[str, str, Any], list[Event]]

@@ -6,7 +6,6 @@ claim; if the worker dies, the claim expires and another worker takes the tick o
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import socket
@@ -14,119 +13,15 @@ import threading
 import time
 from typing import Sequence
 
-from duplex_es.events import (
-    AudioAppended,
-    AudioSegment,
-    Event,
-    ItemCreated,
-    ResponseCreated,
-    TickFailed,
-    TickOutput,
-    TranscriptionCompleted,
-    TranscriptionFailed,
-    TranscriptionRequested,
-    WorldChunk,
-    WorldTickFailed,
-    WorldTickIssued,
-    segments_audio,
-)
+from duplex_es.events import AudioAppended, AudioSegment, Event, ItemCreated, ResponseCreated, segments_audio
 from duplex_es.store import TICKS_CHANNEL, Claim, ClaimLost, EventLog, TickQueue, Wakeup
-from duplex_es.worker.engine import Engine, EngineError, EngineOutput, TickContext, TranscriptionContext, TranscriptionOutput
+from duplex_es.worker.contracts import CONTRACTS
+from duplex_es.worker.engine import Engine, EngineError
 from duplex_es.worker.faults import crash_point
-from duplex_es.worker.world.engine import WorldContext, WorldOutput
 
-__all__ = ["Worker", "output_events", "world_output_events", "transcription_output_events"]
+__all__ = ["Worker"]
 
 log = logging.getLogger(__name__)
-
-
-def output_events(claim: Claim, engine_name: str, out: EngineOutput) -> list[Event]:
-    """The log events for an engine output: the echo comes from the engine, not the claim, so
-    an engine that answers the wrong tick is caught by the session (docs/architecture.md, I5)."""
-    e = out.echo
-    return [
-        TickOutput(
-            session_id=e.session_id,
-            request_id=e.request_id,
-            response_id=e.response_id,
-            epoch=e.epoch,
-            chunk_index=e.chunk_index,
-            applied_event_ids=e.applied_event_ids,
-            # Derived from the tick, so a worker that takes the tick over names the item the same.
-            new_item_id="item_" + e.request_id.removeprefix("req_") if out.new_item else None,
-            audio=base64.b64encode(out.audio).decode("ascii"),
-            text_delta=out.text_delta,
-            marks=out.marks,
-            final=out.final,
-            incomplete_reason=out.incomplete_reason,
-            input_transcripts=out.input_transcripts,
-            engine=engine_name,
-            usage=out.usage,
-            not_applied=out.not_applied,
-        )
-    ]
-
-
-def world_output_events(engine_name: str, out: WorldOutput) -> list[Event]:
-    """The log event for a world block; its identity comes from the engine's echo."""
-    e = out.echo
-    return [
-        WorldChunk(
-            session_id=e.session_id,
-            request_id=e.request_id,
-            epoch=e.epoch,
-            chunk_index=e.chunk_index,
-            applied_event_ids=e.applied_event_ids,
-            frames=tuple(base64.b64encode(f).decode("ascii") for f in out.frames),
-            frame_hashes=out.frame_hashes,
-            engine_state=out.engine_state,
-            engine=engine_name,
-        )
-    ]
-
-
-def transcription_output_events(session_id: str, engine_name: str, out: TranscriptionOutput) -> list[Event]:
-    """The log event for a transcript; its identity comes from the engine's echo."""
-    return [
-        TranscriptionCompleted(
-            session_id=session_id,
-            request_id=out.request_id,
-            item_id=out.item_id,
-            transcript=out.transcript,
-            seconds=round(out.seconds, 3),
-            engine=engine_name,
-        )
-    ]
-
-
-def _failure(claim: Claim, code: str, message: str) -> list[Event]:
-    t = claim.tick
-    if isinstance(t, TranscriptionRequested):
-        return [TranscriptionFailed(session_id=claim.session_id, request_id=t.request_id, item_id=t.item_id, code=code, message=message[:500])]
-    if isinstance(t, WorldTickIssued):
-        return [
-            WorldTickFailed(
-                session_id=claim.session_id,
-                request_id=t.request_id,
-                epoch=t.epoch,
-                chunk_index=t.chunk_index,
-                applied_event_ids=t.applied_event_ids,
-                code=code,
-                message=message[:500],
-            )
-        ]
-    return [
-        TickFailed(
-            session_id=claim.session_id,
-            request_id=t.request_id,
-            response_id=t.response_id,
-            epoch=t.epoch,
-            chunk_index=t.chunk_index,
-            applied_event_ids=t.applied_event_ids,
-            code=code,
-            message=message[:500],
-        )
-    ]
 
 
 #: The fallback poll interval of an idle worker that listens for new ticks (PostgreSQL), in ms.
@@ -191,7 +86,7 @@ class Worker:
             claim.kind,
             claim.request_id,
             claim.session_id,
-            f"item {claim.tick.item_id}" if isinstance(claim.tick, TranscriptionRequested) else f"chunk {claim.tick.chunk_index}",
+            f"chunk {claim.tick.chunk_index}" if claim.tick.FENCED else f"item {getattr(claim.tick, 'item_id', '?')}",
             claim.attempts,
         )
         crash_point("after_claim")
@@ -218,28 +113,18 @@ class Worker:
         return True
 
     def _step(self, claim: Claim) -> list[Event]:
+        """Run the claimed tick through its engine, by the contract of its kind; an engine
+        failure becomes the tick's failure answer (it fails the response, not the worker)."""
         engine = self.engines[claim.kind]
+        contract = CONTRACTS[claim.kind]
         try:
-            if isinstance(claim.tick, WorldTickIssued):
-                return world_output_events(engine.name, engine.step(WorldContext(session_id=claim.session_id, tick=claim.tick)))
-            if isinstance(claim.tick, TranscriptionRequested):
-                t = claim.tick
-                width = 2 if t.input_format.type == "audio/pcm" else 1
-                ctx = TranscriptionContext(
-                    session_id=claim.session_id, tick=t, read_audio=lambda: self.read_audio(claim.session_id, t.audio, width)
-                )
-                return transcription_output_events(claim.session_id, engine.name, engine.step(ctx))
-            width = 2 if claim.tick.inputs.input_format.type == "audio/pcm" else 1
-            ctx = TickContext(
-                session_id=claim.session_id, tick=claim.tick, read_audio=lambda segs: self.read_audio(claim.session_id, segs, width)
-            )
-            return output_events(claim, engine.name, engine.step(ctx))
+            return contract.answer(claim.session_id, engine.name, engine.step(contract.context(claim.session_id, claim.tick, self.read_audio)))
         except EngineError as err:
             log.warning("engine failed on %s: %s", claim.request_id, err)
-            return _failure(claim, err.code, err.message)
+            return [claim.tick.failed(claim.session_id, err.code, err.message[:500])]
         except Exception as exc:  # a crashing model must fail the response, not the worker
             log.exception("engine crashed on %s", claim.request_id)
-            return _failure(claim, "engine_failed", f"{type(exc).__name__}: {exc}")
+            return [claim.tick.failed(claim.session_id, "engine_failed", f"{type(exc).__name__}: {exc}"[:500])]
 
     def _heartbeat(self, holder: dict, stop: threading.Event) -> None:
         while not stop.wait(self.claim_ttl_ms / 3000):

@@ -22,13 +22,12 @@ from typing import Any, Optional
 import attrs
 import numpy as np
 
-from duplex_es.events import WorldTickIssued
+from duplex_es.events import CAMERA_SCHEMA, TickIdentity, WorldTickIssued
 from duplex_es.worker.engine import EngineError
 from duplex_es.worker.world.render import Camera, render
 
-__all__ = ["WorldEngine", "WorldContext", "WorldIdentity", "WorldOutput", "CAMERA_SCHEMA", "KEYS", "encode_png", "frame_hash"]
+__all__ = ["WorldEngine", "WorldContext", "WorldOutput", "CAMERA_SCHEMA", "KEYS", "encode_png", "frame_hash"]
 
-CAMERA_SCHEMA = "duplex_es.camera_keys.v1"
 
 #: The keys the camera understands.
 KEYS = frozenset("WASDIJKL")
@@ -42,28 +41,6 @@ _TINTS = {"night": (0.35, 0.4, 0.65), "sunset": (1.15, 0.8, 0.6), "fog": (1.1, 1
 
 
 @attrs.frozen(kw_only=True)
-class WorldIdentity:
-    """What a world output must echo exactly (vLLM-Omni's ``ARDiffusionChunkMetadata``)."""
-
-    session_id: str
-    request_id: str
-    epoch: int
-    chunk_index: int
-    applied_event_ids: tuple[int, ...]
-
-    @classmethod
-    def of(cls, session_id: str, tick: WorldTickIssued) -> "WorldIdentity":
-        """The identity of ``tick`` in ``session_id``."""
-        return cls(
-            session_id=session_id,
-            request_id=tick.request_id,
-            epoch=tick.epoch,
-            chunk_index=tick.chunk_index,
-            applied_event_ids=tuple(tick.applied_event_ids),
-        )
-
-
-@attrs.frozen(kw_only=True)
 class WorldContext:
     """A world tick and its session."""
 
@@ -71,9 +48,9 @@ class WorldContext:
     tick: WorldTickIssued
 
     @property
-    def identity(self) -> WorldIdentity:
+    def identity(self) -> TickIdentity:
         """The identity this tick's output must echo."""
-        return WorldIdentity.of(self.session_id, self.tick)
+        return TickIdentity.of(self.session_id, self.tick)
 
 
 @attrs.frozen(kw_only=True)
@@ -81,7 +58,7 @@ class WorldOutput:
     """One block: its echo, PNG frames, the hash of each frame's raw RGB, and the state the next
     chunk starts from."""
 
-    echo: WorldIdentity
+    echo: TickIdentity
     frames: tuple[bytes, ...]
     frame_hashes: tuple[str, ...]
     engine_state: dict[str, Any]

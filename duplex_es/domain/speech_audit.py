@@ -1,0 +1,166 @@
+"""The speech kind's audit: the tick, output, response and transcription rules checked on a
+session's decoded events (docs/architecture.md, I5, I6; the ``audit`` command runs it).
+
+The checks deliberately do not reuse the reducer's bookkeeping: they walk the events and
+recompute what must hold, so a reducer bug cannot hide itself. The state is folded alongside
+only for verdicts and for what a transcription names.
+
+* **ticks** — each tick's ``applied_event_ids`` are strictly increasing, name accepted
+  model-feeding events logged before the tick, and are never named by another tick; every
+  model-feeding event is applied by exactly one committed tick or discarded by exactly one
+  explicit event; a closed session leaves nothing pending;
+* **outputs** — every output names an issued tick and echoes its identity exactly; no tick has
+  two outputs;
+* **responses** — each response ends with exactly one ``response.done`` and no accepted output
+  follows it;
+* **transcriptions** — each input transcription names a user item of the session, is answered
+  at most once by an output echoing its request and item, and a closed session leaves none
+  unanswered and uncancelled.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from duplex_es.domain.kind import Evolve, TickAudit, Violation
+from duplex_es.domain.responses import classify_output
+from duplex_es.domain.state import SessionState
+from duplex_es.events import (
+    MODEL_FEEDING,
+    EpochAdvanced,
+    Event,
+    ResponseCreated,
+    ResponseDone,
+    SessionClosed,
+    TickFailed,
+    TickIssued,
+    TickOutput,
+    TranscriptionCompleted,
+    TranscriptionFailed,
+    TranscriptionRequested,
+)
+
+__all__ = ["audit_speech"]
+
+
+def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: Evolve) -> TickAudit:
+    """The violations of a speech session's events ``(seq, event)`` and its tick counts;
+    ``evolve`` folds the state the verdicts are judged on."""
+    bad: list[Violation] = []
+    # ticks and outputs ---------------------------------------------------------------------
+    feeding: dict[int, str] = {}  # seq -> type of every accepted model-feeding event
+    applied_by: dict[int, str] = {}  # event seq -> request_id of the tick naming it
+    discarded: dict[int, int] = {}  # event seq -> seq of the event discarding it
+    ticks: dict[str, tuple[int, TickIssued]] = {}
+    outputs: dict[str, int] = {}
+    committed: set[str] = set()
+    cancelled: set[str] = set()
+    created: dict[str, int] = {}
+    done: dict[str, int] = {}
+    transcriptions: dict[str, tuple[int, str]] = {}  # request_id -> (seq, item_id)
+    transcribed: dict[str, int] = {}  # request_id -> seq of its output
+    closed = False
+    state = SessionState()
+    for seq, ev in events:
+        relevant = getattr(ev, "model_relevant", True) and getattr(ev, "in_conversation", True)
+        if ev.TYPE in MODEL_FEEDING and relevant:
+            feeding[seq] = ev.TYPE
+        if isinstance(ev, TickIssued):
+            if ev.request_id in ticks:
+                bad.append(Violation("ticks", seq, f"request_id {ev.request_id} issued twice"))
+            ticks[ev.request_id] = (seq, ev)
+            ids = list(ev.applied_event_ids)
+            if ids != sorted(set(ids)):
+                bad.append(Violation("ticks", seq, f"applied_event_ids {ids} are not strictly increasing"))
+            for a in ids:
+                if a >= seq or a not in feeding:
+                    bad.append(Violation("ticks", seq, f"applies seq {a}, which is not an accepted model-feeding event before it"))
+                elif a in applied_by:
+                    bad.append(Violation("ticks", seq, f"applies seq {a}, already applied by {applied_by[a]}"))
+                elif a in discarded:
+                    bad.append(Violation("ticks", seq, f"applies seq {a}, discarded at seq {discarded[a]}"))
+                else:
+                    applied_by[a] = ev.request_id
+        elif isinstance(ev, (TickOutput, TickFailed)):
+            issued = ticks.get(ev.request_id)
+            if issued is None:
+                bad.append(Violation("outputs", seq, f"output for unknown tick {ev.request_id}"))
+            else:
+                t = issued[1]
+                echo = (ev.session_id, ev.response_id, ev.epoch, ev.chunk_index, tuple(ev.applied_event_ids))
+                want = (session_id, t.response_id, t.epoch, t.chunk_index, tuple(t.applied_event_ids))
+                if echo != want:
+                    bad.append(Violation("outputs", seq, f"output does not echo tick {ev.request_id}: {echo} != {want}"))
+            if ev.request_id in outputs:
+                bad.append(Violation("outputs", seq, f"tick {ev.request_id} has a second output (first at seq {outputs[ev.request_id]})"))
+            outputs[ev.request_id] = seq
+            verdict = classify_output(state, ev)
+            if isinstance(ev, TickOutput) and verdict.accepted:
+                committed.add(ev.request_id)
+                if ev.response_id in done:
+                    bad.append(Violation("responses", seq, f"accepted output after response.done of {ev.response_id}"))
+        elif isinstance(ev, EpochAdvanced):
+            cancelled.update(ev.cancelled_request_ids)
+            for d in ev.discarded_event_ids:
+                if d not in feeding:
+                    bad.append(Violation("ticks", seq, f"discards seq {d}, which is not a model-feeding event"))
+                elif d in discarded:
+                    bad.append(Violation("ticks", seq, f"discards seq {d} a second time"))
+                else:
+                    owner = applied_by.get(d)
+                    if owner is not None and (owner in committed or owner not in ev.cancelled_request_ids):
+                        bad.append(Violation("ticks", seq, f"discards seq {d}, applied by live or committed tick {owner}"))
+                    discarded[d] = seq
+        elif isinstance(ev, ResponseCreated):
+            created[ev.response_id] = seq
+        elif isinstance(ev, ResponseDone):
+            if ev.response_id not in created:
+                bad.append(Violation("responses", seq, f"response.done for unknown response {ev.response_id}"))
+            if ev.response_id in done:
+                bad.append(Violation("responses", seq, f"second response.done for {ev.response_id}"))
+            done[ev.response_id] = seq
+        elif isinstance(ev, TranscriptionRequested):
+            if ev.request_id in transcriptions or ev.request_id in ticks:
+                bad.append(Violation("transcriptions", seq, f"request_id {ev.request_id} issued twice"))
+            transcriptions[ev.request_id] = (seq, ev.item_id)
+            if ev.item_id not in state.items or state.items[ev.item_id].role != "user":
+                bad.append(Violation("transcriptions", seq, f"transcription of {ev.item_id}, which is not a user item of this session"))
+        elif isinstance(ev, (TranscriptionCompleted, TranscriptionFailed)):
+            asked = transcriptions.get(ev.request_id)
+            if asked is None:
+                bad.append(Violation("transcriptions", seq, f"transcript for unknown request {ev.request_id}"))
+            elif ev.item_id != asked[1] or ev.session_id != session_id:
+                bad.append(Violation("transcriptions", seq, f"transcript of {ev.item_id} does not echo request {ev.request_id} (item {asked[1]})"))
+            if ev.request_id in transcribed:
+                bad.append(Violation("transcriptions", seq, f"request {ev.request_id} answered twice (first at seq {transcribed[ev.request_id]})"))
+            transcribed[ev.request_id] = seq
+        elif isinstance(ev, SessionClosed):
+            closed = True
+        state = evolve(state, seq, ev)
+
+    for rid, (seq, t) in ticks.items():
+        if t.applied_event_ids and rid not in committed and rid not in cancelled and closed:
+            bad.append(Violation("ticks", seq, f"tick {rid} neither committed nor cancelled in a closed session"))
+    applied_ok = {s for s, rid in applied_by.items() if rid in committed}
+    pending = [s for s in feeding if s not in applied_ok and s not in discarded]
+    if closed:
+        for s in pending:
+            bad.append(Violation("ticks", s, f"{feeding[s]} at seq {s} was never applied nor discarded"))
+    for rid, seq in created.items():
+        if rid not in done and closed:
+            bad.append(Violation("responses", seq, f"response {rid} never got response.done"))
+    for rid, (seq, item_id) in transcriptions.items():
+        if closed and rid not in transcribed and rid not in cancelled:
+            bad.append(Violation("transcriptions", seq, f"transcription {rid} of {item_id} neither answered nor cancelled in a closed session"))
+
+    return TickAudit(
+        violations=tuple(bad),
+        ticks=len(ticks),
+        committed_ticks=len(committed),
+        applied_events=len(applied_ok),
+        discarded_events=len(discarded),
+        pending_events=len(pending),
+        responses=len(created),
+    )
+
+
