@@ -1,58 +1,35 @@
-"""A hosted session: the single writer that turns commands into committed events and committed
-events into server events.
+"""A hosted session: the I/O shell around the session's sans-I/O core
+(:class:`~duplex_es.server.core.SessionCore`).
 
-For each command the host decides against its state, appends the batch with the seq it decided
-on (retrying after catching up if a worker appended meanwhile), then folds the committed events
-and queues their projection for whoever listens. Nothing is queued before its transaction commits
-(docs/architecture.md, I4), and the state it holds is always the fold of the log up to ``state.seq`` (docs/architecture.md, I1).
+For each command the core plans a batch against the session's state; the host appends it with
+the seq it was decided on (re-planning after catching up if a worker appended meanwhile), hands
+the committed records back to the core, and queues their projection for whoever listens. Nothing
+is queued before its transaction commits (docs/architecture.md, I4), and the state it holds is
+always the fold of the log up to ``state.seq`` (docs/architecture.md, I1). The host owns the
+session's lock, the listener's queue, the writer, the timer and the metrics; the rules are the
+core's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import random
 import secrets
 import time
 from typing import Any, AsyncIterator, Callable, Iterable, Optional, Protocol
 
-import attrs
 from prometheus_client import Counter, Histogram
 
-from duplex_es.domain import (
-    COMMAND_TYPES,
-    MAX_OUT_OF_BAND_RESPONSES,
-    UNSET,
-    Code,
-    Detach,
-    Duplicate,
-    Expire,
-    Heartbeat,
-    Invalid,
-    Pump,
-    Resume,
-    RetrieveItem,
-    TurnSignal,
-    UpdateSession,
-    decide,
-    evolve,
-    new_state,
-)
+from duplex_es.domain import Detach, Resume
 from duplex_es.domain.commands import Command
 from duplex_es.domain.lease import resume_events
-from duplex_es.domain.kinds import ENDED_BY, kind_of
-from duplex_es.events import (
-    CommandRejected,
-    ItemRetrieved,
-    SessionResumed,
-    segments_audio,
-)
-from duplex_es.protocol import project, split_server_event_seq
+from duplex_es.events import CommandRejected, SessionResumed
+from duplex_es.server.core import MAX_REPLAY_EVENTS, Applied, ModelResolver, SessionCore, idempotency_key
 from duplex_es.snapshots import load_state, save_snapshot
 from duplex_es.store import EventLog, Fence, GroupCommitWriter, OwnershipLost, Recorded, SnapshotStore, WrongExpectedSeq
 
-__all__ = ["Acquirer", "SessionHost", "SessionMoved", "idempotency_key", "new_id", "now_ms", "ModelResolver"]
+__all__ = ["Acquirer", "SessionHost", "SessionMoved", "idempotency_key", "new_id", "now_ms", "ModelResolver", "MAX_REPLAY_EVENTS"]
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +43,6 @@ APPEND_SECONDS = Histogram(
 
 #: How many times a command is re-decided after losing an append race to a worker.
 MAX_RETRIES = 50
-
-#: Most wire events a resume re-sends; a client further behind gets ``session.resync_required``.
-MAX_REPLAY_EVENTS = 20_000
 
 _END = object()
 
@@ -106,33 +80,6 @@ _ids = random.Random(secrets.randbits(128))
 def new_id(prefix: str) -> str:
     """A fresh id such as ``item_1f0c9a3b5e7d2468`` (64 random bits)."""
     return f"{prefix}_{_ids.getrandbits(64):016x}"
-
-
-#: Commands that change nothing but the log: a repeated ``event_id`` never makes them a retry.
-_READ_ONLY = (RetrieveItem, Heartbeat, TurnSignal)
-
-#: ``resolve(model_name)``: the engine a model name is served by, or ``None`` for a name this
-#: server does not serve.
-ModelResolver = Callable[[str], Optional[str]]
-
-
-def idempotency_key(command: object) -> Optional[str]:
-    """The log's idempotency key for a client command, or ``None``: a client ``event_id`` is a
-    correlation id, so only a repeat of the same ``event_id`` *with the same content* is a retry
-    (docs/protocol.md, Event ids). Read-only commands and refusals are never keyed; world
-    interaction ids (ints) are deduplicated by the domain itself (``duplicate_event``).
-
-    The content is the command's ``digest`` (the protocol layer's fingerprint of the client's
-    frame), else a fingerprint of the command's fields (Python API callers).
-    """
-    event_id = getattr(command, "event_id", None)
-    if not isinstance(event_id, str) or isinstance(command, _READ_ONLY):
-        return None
-    digest = getattr(command, "digest", None)
-    if digest is None:
-        fields = attrs.evolve(command, event_id=None) if attrs.has(type(command)) else command  # type: ignore[misc]
-        digest = hashlib.blake2b(repr(fields).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-    return f"{event_id[:200]}#{digest}"
 
 
 def now_ms() -> int:
@@ -176,7 +123,7 @@ class SessionHost:
         resolve_model: Optional[ModelResolver] = None,
     ) -> None:
         self.log = log
-        self.resolve_model = resolve_model
+        self.core = SessionCore(session_id, new_id=new_id, clock=now_ms, resolve_model=resolve_model)
         self.writer = writer
         self.fence = fence
         self.moved: Optional[str] = None  # why the session left this process, once it did
@@ -189,40 +136,27 @@ class SessionHost:
         # rows commit before the host folds them; it must not wake the host to read them back.
         self.appending_through = 0
         self._snapshot_task: Optional[asyncio.Task] = None
-        self.state: Any = new_state()
         self._lock = asyncio.Lock()
         self._queue: Optional[asyncio.Queue] = None
         self.ended = asyncio.Event()
         self.last_activity_ms = now_ms()
         self._timer: Optional[asyncio.TimerHandle] = None
         self.listener = 0  # bumped by every attach: a transport holding an older number was replaced
-        self._reveal: Optional[tuple[str, str]] = None
+
+    @property
+    def state(self) -> Any:
+        """The session's state: the fold of its log up to ``state.seq``."""
+        return self.core.state
+
+    @state.setter
+    def state(self, state: Any) -> None:
+        self.core.state = state
 
     # ----------------------------------------------------------------------------------- public
 
-    def _resolved(self, command: UpdateSession) -> UpdateSession | Invalid:
-        """``command`` with the engine its model name maps to, or its refusal for a name this
-        server does not serve."""
-        name = command.patch.model
-        if name is UNSET or not isinstance(name, str) or self.resolve_model is None:
-            return command
-        engine = self.resolve_model(name)
-        if engine is None:
-            return Invalid(
-                event_id=command.event_id,
-                command_type="session.update",
-                code=Code.MODEL_NOT_FOUND,
-                message=f"model {name[:64]!r} is not served here (serve --model NAME=ENGINE names the models)",
-                param="session.model",
-            )
-        return attrs.evolve(command, patch=attrs.evolve(command.patch, engine=engine))
-
     def reveal_token(self, token_hash: str, token: str) -> None:
-        """Hand ``token`` to the listener with the wire event of the next committed event that
-        carries ``token_hash`` (``session.created``, ``session.started`` or ``session.resumed``),
-        as its ``resume_token`` field. The log keeps only the hash, and a re-send carries no
-        token (a rotated one is void anyway)."""
-        self._reveal = (token_hash, token)
+        """See :meth:`SessionCore.reveal_token <duplex_es.server.core.SessionCore.reveal_token>`."""
+        self.core.reveal_token(token_hash, token)
 
     async def submit(self, command: Command, *, listener: Optional[int] = None) -> bool:
         """Decide, append and publish one command, then let the session advance.
@@ -243,15 +177,14 @@ class SessionHost:
             sqlalchemy.exc.DBAPIError: the log could not be written (nothing was published).
         """
         key = idempotency_key(command)
-        if self.resolve_model is not None and isinstance(command, UpdateSession):
-            command = self._resolved(command)
+        command = self.core.resolved(command)
         async with self._lock:
             if listener is not None and listener != self.listener:
                 return False
             try:
                 if self.moved is not None:
                     raise SessionMoved(self.session_id, self.moved)
-                if not isinstance(command, (Pump, Detach, Expire)):
+                if self.core.is_activity(command):
                     self.last_activity_ms = now_ms()
                 await self._execute(command, key)
                 await self._pump()
@@ -266,15 +199,10 @@ class SessionHost:
         session's lock so a resume or a command that just arrived is taken into account.
         Returns the reason (``disconnect_grace_expired`` or ``idle_ttl_expired``), or ``None``."""
         async with self._lock:
-            state = self.state
-            if not state.is_open or self.moved is not None:
+            if self.moved is not None:
                 return None
-            detached = state.lease.detached_at_ms
-            if detached is not None and now - detached >= disconnect_grace_ms:
-                command = Expire(reason="disconnect_grace_expired", now_ms=now, since_ms=detached)
-            elif now - self.last_activity_ms >= idle_ttl_ms:
-                command = Expire(reason="idle_ttl_expired", now_ms=now, since_ms=self.last_activity_ms)
-            else:
+            command = self.core.expiry(now, self.last_activity_ms, disconnect_grace_ms=disconnect_grace_ms, idle_ttl_ms=idle_ttl_ms)
+            if command is None:
                 return None
             await self._execute(command, None)
             return command.reason
@@ -319,17 +247,17 @@ class SessionHost:
                     self.moved = None
             await self._catch_up(adopt=True)
             if token is not None and command.new_token_hash is not None:
-                self._reveal = (command.new_token_hash, token)
+                self.core.reveal_token(command.new_token_hash, token)
             old = self._queue
             records = await self._execute(command, None, quiet=True)  # its events go out in the replay
             outcome = next((r for r in records if isinstance(r.event, (SessionResumed, CommandRejected))), None)
             if outcome is None or not isinstance(outcome.event, SessionResumed):
-                self._reveal = None
+                self.core.forget_token()
                 if outcome is None:
                     raise RuntimeError(f"session {self.session_id}: the resume logged nothing")
                 return outcome
             if old is not None:
-                old.put_nowait(self._replaced(outcome.event.lease_generation))
+                old.put_nowait(self.core.replaced(outcome.event.lease_generation))
                 old.put_nowait(_END)
             self._queue = asyncio.Queue()
             self.listener += 1
@@ -339,38 +267,22 @@ class SessionHost:
             return outcome
 
     async def _replay(self, resumed_seq: int, last: Optional[int]) -> list[dict[str, Any]]:
-        """The wire events a resuming client gets before the live stream (see :meth:`take_over`)."""
-        missed: list[dict[str, Any]] = []
-        resumed: list[dict[str, Any]] = []
-        resync = "ahead_of_log" if last is not None and split_server_event_seq(last)[0] >= resumed_seq else None
-        first = split_server_event_seq(last)[0] if last is not None and resync is None else resumed_seq
-        # Projecting event ``first`` needs the state before it: start from a snapshot.
-        base = await asyncio.to_thread(load_state, self.log, self.snapshots, self.session_id, up_to_seq=max(0, first - 1), resnapshot=False)
-        state = base.state
-        records = await asyncio.to_thread(self.log.read_session, self.session_id, after_seq=state.seq, up_to_seq=self.state.seq)
+        """The wire events a resuming client gets before the live stream (see :meth:`take_over`
+        and :class:`~duplex_es.server.core.Catchup`)."""
+        catchup = self.core.catchup(resumed_seq, last)
+        # Projecting event ``first_seq`` needs the state before it: start from a snapshot.
+        base = await asyncio.to_thread(
+            load_state, self.log, self.snapshots, self.session_id, up_to_seq=max(0, catchup.first_seq - 1), resnapshot=False
+        )
+        records = await asyncio.to_thread(self.log.read_session, self.session_id, after_seq=base.state.seq, up_to_seq=self.state.seq)
+        shadow = SessionCore(self.session_id, new_id=new_id, clock=now_ms, state=base.state)
         for r in records:
             if r.seq > self.state.seq:
                 break  # later events reach the new listener live
-            before, state = state, evolve(state, r.seq, r.event)
-            if r.seq < first:
-                continue
-            wires = await self._wire_of(before, r, state)
-            if r.seq >= resumed_seq:
-                resumed += self._revealed(r, wires)
-            elif resync is None:
-                missed += [w for w in wires if w["server_event_seq"] > last]  # type: ignore[operator]
-                if len(missed) > MAX_REPLAY_EVENTS:
-                    resync, missed = "too_far_behind", []
-        if resync is not None:
-            notice = {
-                "type": "session.resync_required",
-                "event_id": new_id("event"),
-                "session_id": self.session_id,
-                "reason": resync,
-                "last_server_event_seq": last,
-            }
-            missed = [notice]
-        return missed + resumed
+            applied = shadow.apply(r.seq, r.event)
+            if r.seq >= catchup.first_seq:
+                catchup.feed(applied, await self._audio_for(applied))
+        return catchup.wires()
 
     async def catch_up(self) -> None:
         """Fold and publish events other processes appended (worker outputs), then advance."""
@@ -429,34 +341,30 @@ class SessionHost:
     # --------------------------------------------------------------------------------- internals
 
     async def _execute(self, command: Command, key: Optional[str], *, quiet: bool = False) -> list[Recorded]:
-        """Decide and append ``command`` (re-deciding after append races); returns what it
-        logged. With ``quiet`` its own events are folded but not queued for the listener."""
+        """Append what the core plans for ``command`` (re-planning after append races); returns
+        what it logged. With ``quiet`` its own events are folded but not queued for the listener."""
         for _ in range(MAX_RETRIES):
-            events = decide(self.state, command)
-            if not events:
+            plan = self.core.plan(command, key)
+            if plan is None:
                 return []
-            if isinstance(events[0], CommandRejected) and key is not None:
-                # A retry of an applied command may be refused on today's state (a commit of a
-                # buffer it emptied): it is still a retry. Otherwise refusals are not keyed: a
-                # refusal changes nothing, and keying it would answer a corrected retry with
-                # the old error.
+            if plan.check_key:
                 prior = await asyncio.to_thread(self.log.applied_key, self.session_id, key)
                 if prior is not None:
-                    command, key = self._duplicate(command, prior), None
+                    command, key = self.core.duplicate(command, prior), None
                     continue
                 key = None
-            self.appending_through = self.state.seq + len(events)
+            self.appending_through = plan.expected_seq + len(plan.events)
             try:
                 with APPEND_SECONDS.time():
                     try:
                         if self.writer is not None:
                             result = await self.writer.append_async(
-                                self.session_id, events, expected_seq=self.state.seq, idempotency_key=key, fence=self.fence
+                                self.session_id, list(plan.events), expected_seq=plan.expected_seq, idempotency_key=plan.key, fence=self.fence
                             )
                         else:
                             result = await asyncio.to_thread(
-                                self.log.append, self.session_id, events, expected_seq=self.state.seq,
-                                idempotency_key=key, fence=self.fence,
+                                self.log.append, self.session_id, list(plan.events), expected_seq=plan.expected_seq,
+                                idempotency_key=plan.key, fence=self.fence,
                             )
                     finally:
                         self.appending_through = 0  # _publish starts folding the records before it first yields
@@ -472,22 +380,15 @@ class SessionHost:
             if result.duplicate:
                 # A retry of an applied command (same event_id, same content): recorded, not
                 # applied again; the client got (or a resume re-sends) the first one's events.
-                command, key = self._duplicate(command, (result.records[0].seq, result.records[-1].seq)), None
+                command, key = self.core.duplicate(command, (result.records[0].seq, result.records[-1].seq)), None
                 continue
-            if not isinstance(command, (Pump, Detach, Expire)):
-                rejected = isinstance(events[0], CommandRejected)
-                COMMANDS.labels("rejected" if rejected else "accepted").inc()
-                if rejected:
-                    log.info("session %s: rejected %s", self.session_id, events[0])
+            if plan.counted:
+                COMMANDS.labels("rejected" if plan.rejected else "accepted").inc()
+                if plan.rejected:
+                    log.info("session %s: rejected %s", self.session_id, plan.events[0])
             await self._publish(result.records, quiet=quiet)
             return list(result.records)
         raise RuntimeError(f"session {self.session_id}: gave up after {MAX_RETRIES} append conflicts")
-
-    @staticmethod
-    def _duplicate(command: Command, seqs: tuple[int, int]) -> Duplicate:
-        return Duplicate(
-            event_id=getattr(command, "event_id", "") or "", command_type=COMMAND_TYPES.get(type(command)), first_seq=seqs[0], last_seq=seqs[1]
-        )
 
     async def _catch_up(self, *, adopt: bool = False) -> None:
         """Fold and publish the events appended by other processes. A ``session.resumed``
@@ -500,10 +401,6 @@ class SessionHost:
             return
         await self._publish(records)
 
-    def _replaced(self, generation: int, **extra: str) -> dict[str, Any]:
-        """The ``session.replaced`` told to a listener whose session went to another client."""
-        return {"type": "session.replaced", "event_id": new_id("event"), "session_id": self.session_id, "lease_generation": generation, **extra}
-
     def _lose(self, reason: str) -> None:
         """The session moved to another server: end the listener's stream with
         ``session.replaced`` (its socket closes with 4000) and stop acting for it."""
@@ -512,7 +409,7 @@ class SessionHost:
         self.moved = reason
         log.info("session %s moved: %s", self.session_id, reason)
         if self._queue is not None:
-            self._queue.put_nowait(self._replaced(self.state.lease.generation, reason="moved_to_another_server"))
+            self._queue.put_nowait(self.core.replaced(self.state.lease.generation, reason="moved_to_another_server"))
             self._queue.put_nowait(_END)
             self._queue = None
         self.listener += 1
@@ -525,15 +422,14 @@ class SessionHost:
         # A worker output may let a response advance (next tick) or end (response.done).
         # One step may enable the next (a response ends, a deferred one starts): pump until quiet.
         for _ in range(4):
-            ids = tuple(new_id("req") for _ in range(1 + MAX_OUT_OF_BAND_RESPONSES))
-            if not await self._execute(Pump(request_ids=ids, now_ms=now_ms()), None):
+            if not await self._execute(self.core.pump(), None):
                 break
-        self._schedule_paced_tick()
+        self._schedule_wakeup()
 
-    def _schedule_paced_tick(self) -> None:
+    def _schedule_wakeup(self) -> None:
         """A session whose kind paces itself (a realtime world issues its next tick when it is
-        due) is pumped when its kind says: wake up then."""
-        due = kind_of(self.state).wakeup_ms(self.state)
+        due) is pumped when the core says: wake up then."""
+        due = self.core.wakeup_ms()
         if due is None:
             return
         delay = (due - now_ms()) / 1000
@@ -542,38 +438,23 @@ class SessionHost:
                 self._timer.cancel()
             self._timer = asyncio.get_running_loop().call_later(delay, lambda: asyncio.create_task(self.catch_up()))
 
-    async def _wire_of(self, before: Any, r: Recorded, after: Any) -> list[dict[str, Any]]:
-        """The wire events of one committed record (reading logged audio a retrieve returns)."""
-        audio = None
-        if isinstance(r.event, ItemRetrieved):
-            item = after.items.get(r.event.item_id)
-            segments = item.audio if item is not None else ()
-            logged = await asyncio.to_thread(self.log.read_seqs, self.session_id, tuple({s.seq for s in segments}))
-            width = 2 if item is not None and item.audio_format.type == "audio/pcm" else 1
-            data = segments_audio({x.seq: x.event for x in logged}, segments, width)
-            audio = lambda _segments, data=data: data  # noqa: E731
-        return project(before, r.seq, r.event, after, audio)
-
-    def _revealed(self, r: Recorded, wires: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``wires`` with the resume token added where :meth:`reveal_token` asked for it."""
-        token_hash = getattr(r.event, "resume_token_hash", None)
-        if wires and self._reveal is not None and token_hash == self._reveal[0]:
-            wires = [{**wires[0], "resume_token": self._reveal[1]}] + wires[1:]
-            self._reveal = None
-        return wires
+    async def _audio_for(self, applied: Applied) -> Optional[bytes]:
+        """The logged audio the projection of ``applied`` needs, read from the log (or ``None``)."""
+        wanted = self.core.audio_wanted(applied.event, applied.after)
+        if wanted is None:
+            return None
+        logged = await asyncio.to_thread(self.log.read_seqs, self.session_id, wanted.seqs)
+        return wanted.cut({x.seq: x.event for x in logged})
 
     async def _publish(self, records: Iterable[Recorded], *, quiet: bool = False) -> None:
         for r in records:
-            if r.seq != self.state.seq + 1:
-                raise RuntimeError(f"session {self.session_id}: got seq {r.seq} after {self.state.seq}")
-            before = self.state
-            self.state = evolve(before, r.seq, r.event)
-            wires = await self._wire_of(before, r, self.state)
+            applied = self.core.apply(r.seq, r.event)
+            wires = self.core.wires(applied, await self._audio_for(applied))
             WIRE_EVENTS.inc(len(wires))
             if self._queue is not None and not quiet:
-                for wire in self._revealed(r, wires):
+                for wire in self.core.revealed(r.event, wires):
                     self._queue.put_nowait(wire)
-            if isinstance(r.event, ENDED_BY):
+            if applied.ended:
                 self.ended.set()
                 if self._queue is not None:
                     self._queue.put_nowait(_END)
