@@ -8,6 +8,8 @@ duplex_es rather than what serves sessions.
 * :mod:`~duplex_es_tools.processes` — ``serve`` and ``worker`` as OS processes (also for tests);
 * :mod:`~duplex_es_tools.conversation` — a spoken turn through the ``openai`` SDK, WAV files,
   the shared fixture audio;
+* :mod:`~duplex_es_tools.testkit` — for engine plugin authors: run an engine behind the real
+  worker loop on a temporary log and check that its outputs echo their ticks;
 * :mod:`~duplex_es_tools.commands` — the subcommands above, which ``duplex-es`` finds through
   the entry-point group ``duplex_es.commands`` (``pyproject.toml``).
 
