@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-BENCH_STAMP := $(VENV)/.bench-installed-stamp
+CLIENTS_STAMP := $(VENV)/.clients-installed-stamp
 DB     ?=
 
 .PHONY: install demo test serve worker bench chaos postgres clean
@@ -11,20 +11,25 @@ DB     ?=
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -e ".[test,tools]"
 	@touch $(STAMP)
 
-## install: create .venv and install duplex_es with its test tools (only what is missing)
+## install: create .venv and install duplex_es, its tooling (demo, chaos, bench, loadgen: the extra
+## `tools`, which the runtime does not need) and its test tools (only what is missing)
 install: $(STAMP)
 
 ## demo: speak the fixture question through serve + worker on a new SQLite file; show replay and audit
 demo: install
 	$(BIN)/duplex-es demo
 
-## test: the whole suite, on SQLite and on the local PostgreSQL (with the bench extra, so the
+## test: the whole suite, on SQLite and on the local PostgreSQL (with the tools extra, so the
 ## benchmark's smoke test runs too, and the clients extra: the four Realtime clients the tests drive)
-test: $(BENCH_STAMP) postgres
+test: $(CLIENTS_STAMP) postgres
 	$(BIN)/python -m pytest -q
+
+$(CLIENTS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e ".[test,tools,clients]"
+	@touch $(CLIENTS_STAMP)
 
 ## serve / worker: run the server and a worker on $(DB) (default: ./duplex_es.db)
 serve: install
@@ -35,14 +40,8 @@ worker: install
 
 ## bench: issue 6's rows on SQLite and PostgreSQL, each against eventsourcing 9.5.6 and raw driver
 ## loops in the same run; writes bench/results.json and bench/RESULTS.md (about 15 minutes).
-## The peers and the HDR histograms are the optional extra `bench` (pyproject.toml): `make demo`
-## does not install them.
-
-$(BENCH_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e ".[test,bench,clients]"
-	@touch $(BENCH_STAMP)
-
-bench: $(BENCH_STAMP) postgres
+## The peers and the HDR histograms are in the extra `tools` (pyproject.toml), with the demo's SDK.
+bench: install postgres
 	$(BIN)/duplex-es bench
 
 ## chaos: scripted speech and world sessions while servers and workers are SIGKILLed and restarted;

@@ -98,6 +98,6 @@ def sqlite_log(sqlite_url: str) -> Iterator[EventLog]:
 @pytest.fixture(scope="session")
 def weather_pcm() -> bytes:
     """The spoken weather question, 24 kHz PCM16 mono (5.19 s)."""
-    from duplex_es.cli.conversation import read_wav_pcm16
+    from duplex_es_tools.conversation import read_wav_pcm16
 
     return read_wav_pcm16(FIXTURES / "audio" / "weather_question_24k.wav")

@@ -8,8 +8,8 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
-from duplex_es.cli.processes import Proc, free_port, start_server, start_worker, wait_healthy
 from duplex_es.store import Database, upgrade
+from duplex_es_tools.processes import Proc, free_port, start_server, start_worker, wait_healthy
 
 
 @contextlib.contextmanager

@@ -10,13 +10,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from duplex_es.bench.databases import pg_base_url, pg_conninfo
-from duplex_es.bench.report import render_markdown
-from duplex_es.cli.bench import parse_rows
 from duplex_es.cli.main import main
+from duplex_es_tools.bench.command import parse_rows
+from duplex_es_tools.bench.databases import pg_base_url, pg_conninfo
+from duplex_es_tools.bench.report import render_markdown
 
-pytest.importorskip("eventsourcing", reason="the bench extra is not installed (pip install .[bench])")
-pytest.importorskip("hdrh", reason="the bench extra is not installed (pip install .[bench])")
+pytest.importorskip("eventsourcing", reason="the tools extra is not installed (pip install .[tools])")
+pytest.importorskip("hdrh", reason="the tools extra is not installed (pip install .[tools])")
 
 
 def _bench(out: Path, *args: str, monkeypatch: pytest.MonkeyPatch) -> dict:
@@ -85,10 +85,10 @@ def test_bulk_history_writes_what_append_would(backend: str, tmp_path: Path):
     """Row 5 and 6 fill their sessions in bulk; the rows must be the log's own: they decode,
     fold to the cached state, and audit clean (hash chain, seqs)."""
     from duplex_es.audit import audit_session
-    from duplex_es.bench.databases import fresh_database
-    from duplex_es.bench.fill import bulk_history, history_state
     from duplex_es.domain import fold
     from duplex_es.store import EventLog
+    from duplex_es_tools.bench.databases import fresh_database
+    from duplex_es_tools.bench.fill import bulk_history, history_state
 
     from conftest import PG_BASE_URL
 

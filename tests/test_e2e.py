@@ -12,11 +12,11 @@ from openai.types.realtime import RealtimeServerEvent
 from pydantic import TypeAdapter
 
 from duplex_es.audit import audit_session
-from duplex_es.cli.conversation import speak_and_listen, write_wav_pcm16
 from duplex_es.events import to_plain
 from duplex_es.protocol import EXTENSION_EVENT_TYPES
 from duplex_es.replay import replay
 from duplex_es.store import Database, EventLog
+from duplex_es_tools.conversation import speak_and_listen, write_wav_pcm16
 
 from servers import running, session_state
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from duplex_es.loadgen import LoadgenError, MAX_SESSIONS, chunk_audio, check_url, run, run_load, run_ramp
+from duplex_es_tools.loadgen import LoadgenError, MAX_SESSIONS, chunk_audio, check_url, run, run_load, run_ramp
 
 from conftest import backend_url
 from servers import running
@@ -77,7 +77,7 @@ def test_the_cli_prints_json(server: str, tmp_path: Path):
 
 
 def test_serving_row_9_has_the_report_shape(tmp_path: Path):
-    from duplex_es.bench.serving import run_serving_rows
+    from duplex_es_tools.bench.serving import run_serving_rows
 
     [row] = run_serving_rows("sqlite", f"sqlite:///{tmp_path / 'row9.db'}", quick=True, out_dir=tmp_path / "out", rows=(9,))
     assert row["row"] == 9 and row["backend"] == "sqlite" and row["n"] == 30

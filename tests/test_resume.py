@@ -273,7 +273,7 @@ def test_the_sdk_reconnects_after_a_server_sigkill_and_the_question_arrives_whol
     meanwhile continue the same buffer, so the engine hears the whole question, once."""
     from openai import AsyncOpenAI
 
-    from duplex_es.cli.processes import start_server, wait_healthy
+    from duplex_es_tools.processes import start_server, wait_healthy
 
     args = ["--disconnect-grace-ms", "30000"]
     with backend_url(backend, tmp_path) as url, running(url, tmp_path, server_args=args) as (port, server, _):
@@ -353,7 +353,7 @@ def test_a_server_killed_during_a_response_is_resumed_with_exactly_one_end_of_it
     restarted server finds the session open, logs ``session.detached`` (server_restart), which
     ends the response with a recorded cause; the resuming client gets that response's end once.
     A session detached before the crash whose grace ran out meanwhile is expired with an event."""
-    from duplex_es.cli.processes import start_server, wait_healthy
+    from duplex_es_tools.processes import start_server, wait_healthy
 
     args = ["--disconnect-grace-ms", "1500", "--reaper-interval-ms", "100"]
     slow = ["--chunk-ms", "200", "--step-delay-ms", "300"]

@@ -30,7 +30,7 @@ from duplex_es.store import (
     WrongExpectedSeq,
     upgrade,
 )
-from duplex_es.cli.processes import free_port, start_server, start_worker, wait_healthy
+from duplex_es_tools.processes import free_port, start_server, start_worker, wait_healthy
 from servers import session_state
 from wsclient import WsClient
 

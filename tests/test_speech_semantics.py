@@ -360,7 +360,7 @@ def test_server_vad_commits_answers_and_is_interrupted_by_new_speech(client: WsC
     """Case 10: VAD interrupts a response; with no truncate from the client the assistant item
     keeps the audio generated before the cancel and its transcript; a later truncate works."""
     port, log = stack
-    from duplex_es.cli.conversation import read_wav_pcm16
+    from duplex_es_tools.conversation import read_wav_pcm16
 
     client.update({"audio": {"input": {"turn_detection": {"type": "server_vad"}}}})
     noisy = read_wav_pcm16(FIXTURES / "audio" / "noise_speech_silence_24k.wav")

@@ -8,8 +8,8 @@ import itertools
 
 import pytest
 
-from duplex_es.cli.conversation import read_wav_pcm16
 from duplex_es.domain import AppendAudio, CancelInput, Commit, SessionPatch, UpdateSession, VadIds
+from duplex_es_tools.conversation import read_wav_pcm16
 from duplex_es.events import (
     InputCommitted,
     ResponseCreated,

@@ -13,14 +13,14 @@ import pytest
 import sqlalchemy as sa
 
 from duplex_es.audit import audit_session
-from duplex_es.cli.conversation import speak_and_listen
-from duplex_es.cli.processes import start_worker
 from duplex_es.events import TickIssued, TickOutput
 from duplex_es.store import Database, EventLog
 from duplex_es.store.schema import ticks as ticks_t
 from duplex_es.worker.engine import TickContext
 from duplex_es.worker.runner import Worker
 from duplex_es.worker.speech.engine import CascadeSpeechEngine
+from duplex_es_tools.conversation import speak_and_listen
+from duplex_es_tools.processes import start_worker
 
 from servers import running
 

@@ -15,12 +15,12 @@ import sqlalchemy as sa
 from websockets.sync.client import connect
 
 from duplex_es.audit import audit_session
-from duplex_es.cli.processes import start_worker
 from duplex_es.domain import Code
 from duplex_es.events import WorldChunk
 from duplex_es.replay import rerender
 from duplex_es.store import Database, EventLog
 from duplex_es.store.schema import ticks as ticks_t
+from duplex_es_tools.processes import start_worker
 
 from conftest import backend_url
 from servers import running

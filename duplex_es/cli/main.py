@@ -9,16 +9,18 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import signal
 import socket
 import sys
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import sqlalchemy as sa
 from rich.console import Console
+from rich.markup import escape
 
+from duplex_es.cli.arguments import CliError, non_negative_int, port, positive_int
+from duplex_es.cli.discovery import add_tool_commands
 from duplex_es.store import Database, EventLog, StoredEventError, upgrade
 
 __all__ = ["main", "build_parser"]
@@ -27,10 +29,6 @@ __all__ = ["main", "build_parser"]
 console = Console() if Console().is_terminal or "COLUMNS" in os.environ else Console(width=200)
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-
-
-class CliError(Exception):
-    """A problem to report in one line, without a traceback."""
 
 
 def _open_db(args: argparse.Namespace, *, migrate: bool = True, create: bool = True) -> Database:
@@ -234,78 +232,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from duplex_es.cli.demo import run_demo
-
-    return run_demo(console, db_url=args.db, audio=args.audio, out_dir=args.out, port=args.port, chunk_ms=args.chunk_ms)
-
-
-def cmd_chaos(args: argparse.Namespace) -> int:
-    from duplex_es.cli.chaos import run_chaos
-
-    if args.speech + args.world == 0:
-        raise CliError("chaos needs at least one session (--speech or --world): with none it would check nothing")
-
-    report = run_chaos(
-        console,
-        db_url=args.db,
-        out_dir=args.out,
-        speech_sessions=args.speech,
-        world_sessions=args.world,
-        kills=args.kills,
-        seed=args.seed,
-        window_s=args.window_s,
-        turns=args.turns,
-        timeout_s=args.timeout_s,
-    )
-    return 0 if report.ok else 1
-
-
-def cmd_loadgen(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from duplex_es.cli.loadgen import parse_steps, run_loadgen
-    from duplex_es.loadgen import LoadgenError
-
-    try:
-        return run_loadgen(
-            console, url=args.url, sessions=args.sessions, ramp=args.ramp, steps=parse_steps(args.steps), duration_s=args.duration_s,
-            warmup_s=args.warmup_s, chunk_ms=args.chunk_ms, audio=Path(args.audio) if args.audio else None,
-            target_p99_ms=args.target_p99_ms, time_budget_s=args.time_budget_s, as_json=args.json,
-        )
-    except LoadgenError as exc:
-        raise CliError(str(exc)) from exc
-
-
 # -------------------------------------------------------------------------------------- parser
-
-
-def _number(text: str, kind: type) -> Any:
-    try:
-        return kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
-
-
-def _positive_int(text: str) -> int:
-    value = _number(text, int)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = _number(text, int)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or a positive integer, got {text}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = _number(text, float)
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
 
 
 def _owner_ttl_ms(text: str) -> int:
@@ -321,13 +248,6 @@ def _window_ms(text: str) -> float:
     value = float(text)
     if not 0 <= value <= 1000:
         raise argparse.ArgumentTypeError(f"a group-commit window is 0..1000 ms, got {text}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"a TCP port is 0..65535, got {text}")
     return value
 
 
@@ -365,16 +285,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", parents=[common], help="run the Realtime WebSocket server")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=_port, default=8000)
+    p.add_argument("--port", type=port, default=8000)
     p.add_argument("--api-key", default=os.environ.get("DUPLEX_ES_API_KEY"), help="require this bearer token ($DUPLEX_ES_API_KEY)")
-    p.add_argument("--poll-ms", type=_positive_int, default=5, help="log polling interval while idle (ms)")
-    p.add_argument("--idle-ttl-ms", type=_positive_int, default=300_000, help="expire sessions idle this long (ms, default 300 s)")
+    p.add_argument("--poll-ms", type=positive_int, default=5, help="log polling interval while idle (ms)")
+    p.add_argument("--idle-ttl-ms", type=positive_int, default=300_000, help="expire sessions idle this long (ms, default 300 s)")
     p.add_argument(
-        "--disconnect-grace-ms", type=_positive_int, default=30_000, help="expire detached sessions not resumed within this (ms, default 30 s)"
+        "--disconnect-grace-ms", type=positive_int, default=30_000, help="expire detached sessions not resumed within this (ms, default 30 s)"
     )
-    p.add_argument("--reaper-interval-ms", type=_positive_int, default=1000, help="how often leases are checked (ms)")
+    p.add_argument("--reaper-interval-ms", type=positive_int, default=1000, help="how often leases are checked (ms)")
     p.add_argument(
-        "--snapshot-every", type=_non_negative_int, default=1000, help="snapshot a session's state every N events (0: never; default 1000)"
+        "--snapshot-every", type=non_negative_int, default=1000, help="snapshot a session's state every N events (0: never; default 1000)"
     )
     p.add_argument(
         "--server-id",
@@ -411,9 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE:CLASS",
         help="load an engine class (e.g. a GPU model) that implements the engine protocol; it replaces the reference engine of its kinds",
     )
-    p.add_argument("--claim-ttl-ms", type=_positive_int, default=5000, help="tick claim lease (ms)")
-    p.add_argument("--poll-ms", type=_positive_int, default=10, help="idle polling interval (ms)")
-    p.add_argument("--chunk-ms", type=_positive_int, default=500, help="audio per tick (ms)")
+    p.add_argument("--claim-ttl-ms", type=positive_int, default=5000, help="tick claim lease (ms)")
+    p.add_argument("--poll-ms", type=positive_int, default=10, help="idle polling interval (ms)")
+    p.add_argument("--chunk-ms", type=positive_int, default=500, help="audio per tick (ms)")
     p.add_argument("--step-delay-ms", type=int, default=0, help="extra time per step, to stand in for a slower model (ms)")
     p.add_argument("--worker-id", default=None)
     p.set_defaults(func=cmd_worker)
@@ -443,49 +363,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, metavar="FILE", help="write to FILE (default: standard output)")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("demo", parents=[common], help="speak the fixture question through serve + worker and show replay and audit")
-    p.add_argument("--audio", default=None, help="a mono PCM16 WAV to send (default: the shared weather question)")
-    p.add_argument("--out", default="demo-output", help="folder for the database, logs and reply WAV")
-    p.add_argument("--port", type=_port, default=0, help="server port (default: a free one)")
-    p.add_argument("--chunk-ms", type=_positive_int, default=500)
-    p.set_defaults(func=cmd_demo)
-
-    p = sub.add_parser("chaos", parents=[common], help="scripted sessions while servers and workers are SIGKILLed; check the log (exit 1 on a violation)")
-    p.add_argument("--speech", type=_non_negative_int, default=4, help="speech sessions (official openai SDK, fixture audio)")
-    p.add_argument("--world", type=_non_negative_int, default=2, help="world sessions")
-    p.add_argument("--kills", type=_non_negative_int, default=12, help="SIGKILLs of the server or a worker")
-    p.add_argument("--window-s", type=_positive_float, default=40.0, help="the kills fall at random instants within this many seconds")
-    p.add_argument("--turns", type=_positive_int, default=2, help="spoken questions per speech session")
-    p.add_argument("--seed", type=int, default=1, help="seed of the kill schedule")
-    p.add_argument("--timeout-s", type=_positive_float, default=600.0, help="a client that has not finished its script by then is a violation (default 600)")
-    p.add_argument("--out", default="chaos-output", help="folder for the database, process logs and chaos-results.json")
-    p.set_defaults(func=cmd_chaos)
-
-    p = sub.add_parser("bench", parents=[common], help="benchmark the log against eventsourcing and raw drivers on SQLite and PostgreSQL")
-    from duplex_es.cli.bench import add_bench_arguments  # the options live with the command
-
-    add_bench_arguments(p)  # sets func to duplex_es.cli.bench.bench_command
-
-    p = sub.add_parser("loadgen", parents=[common], help="drive a running server with concurrent realtime speech sessions; print append → ack latency")
-    p.add_argument("--url", default="ws://127.0.0.1:8000/v1/realtime", help="the server's realtime endpoint (loopback only)")
-    p.add_argument("--sessions", type=_positive_int, default=25, help="concurrent sessions of a single run (default 25)")
-    p.add_argument("--ramp", action="store_true", help="find the largest session count whose append → ack p99 holds the target")
-    p.add_argument("--steps", default="1,2,5,10,25,50,100,150,200,250,300,400,500", help="session counts a ramp tries, in order")
-    p.add_argument("--duration-s", type=float, default=10.0, help="measured seconds per run (after the warm-up)")
-    p.add_argument("--warmup-s", type=float, default=1.0, help="seconds of load before measuring")
-    p.add_argument("--chunk-ms", type=_positive_int, default=20, help="audio per append (ms of PCM16 24 kHz)")
-    p.add_argument("--audio", default=None, help="a mono PCM16 WAV to loop (default: the shared weather question)")
-    p.add_argument("--target-p99-ms", type=float, default=50.0, help="the append → ack p99 a run must hold (ms)")
-    p.add_argument("--time-budget-s", type=float, default=300.0, help="a ramp stops before exceeding this many seconds")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(func=cmd_loadgen)
+    # demo, chaos, bench, loadgen and any other package's commands: found by entry point, so
+    # the runtime imports none of them (duplex_es.cli.discovery).
+    add_tool_commands(sub, [common], console, taken=set(sub.choices))
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``duplex-es`` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # parse_args, except that a command that cannot run (its extra is not installed) takes any
+    # arguments, to answer with what to install instead of an error about an option it never got.
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "unavailable", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         args.log_level = _log_level(str(args.log_level))
     except argparse.ArgumentTypeError as exc:
@@ -496,11 +387,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return 130
     except (CliError, ValueError, OSError, StoredEventError) as exc:
-        console.print(f"[red]duplex-es {args.command}:[/] {exc}", highlight=False)
+        # One line, unwrapped, for whoever greps it; escaped, as a message may hold brackets (an
+        # extra's name, a path) that are not markup.
+        console.print(f"[red]duplex-es {args.command}:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 2
     except sa.exc.DBAPIError as exc:
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
-        console.print(f"[red]duplex-es {args.command}:[/] database error: {reason}", highlight=False)
+        console.print(f"[red]duplex-es {args.command}:[/] database error: {escape(reason)}", highlight=False, soft_wrap=True)
         return 2
 
 

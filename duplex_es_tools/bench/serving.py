@@ -7,7 +7,7 @@
   PCM16 audio and a transcript delta); the clock starts when ``commit`` returns and stops when a
   client thread receives the first frame projected from that output (its
   ``server_event_seq // 1000`` is the output's log seq).
-* **Row 10** — the load generator (:mod:`duplex_es.loadgen`) against one server on the backend:
+* **Row 10** — the load generator (:mod:`duplex_es_tools.loadgen`) against one server on the backend:
   sessions appending 20 ms PCM16 chunks of the fixture at real time, ``turn_detection: null`` (no
   responses, no workers), ``acknowledge_appends`` on; a ramp finds the largest session count
   whose append → ``input_audio_buffer.appended`` p99 stays ≤ 50 ms.
@@ -30,15 +30,15 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
-from duplex_es.bench.histogram import Latencies
-from duplex_es.bench.report import Row, build_row, comparison
-from duplex_es.bench.targets import MEASUREMENTS, target
-from duplex_es.cli.processes import Proc, free_port, start_server, wait_healthy
 from duplex_es.events import TickIssued
-from duplex_es.loadgen import RampResult, run, run_ramp
 from duplex_es.store import Database, EventLog, TickQueue, upgrade
 from duplex_es.worker.engine import EngineOutput, TickIdentity
 from duplex_es.worker.runner import output_events
+from duplex_es_tools.bench.histogram import Latencies
+from duplex_es_tools.bench.report import Row, build_row, comparison
+from duplex_es_tools.bench.targets import MEASUREMENTS, target
+from duplex_es_tools.loadgen import RampResult, run, run_ramp
+from duplex_es_tools.processes import Proc, free_port, start_server, wait_healthy
 
 __all__ = ["run_serving_rows", "output_to_frame", "ramp_sessions", "IN_MEMORY"]
 
@@ -66,7 +66,7 @@ def run_serving_rows(backend: str, url: str, *, quick: bool, out_dir: Path, rows
         rows: which of 9, 10, 11 to measure.
 
     Returns:
-        One row dict per measured row (see :mod:`duplex_es.bench.report`).
+        One row dict per measured row (see :mod:`duplex_es_tools.bench.report`).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     wanted = set(rows)

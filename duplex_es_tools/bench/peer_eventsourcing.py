@@ -12,14 +12,14 @@ from typing import Any, Callable
 from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate, event
 
-from duplex_es.bench.databases import BenchDatabase
-from duplex_es.bench.machine import sqlite_durability
-from duplex_es.bench.timing import SerialContender, ThreadedContender
-from duplex_es.bench.workload import payload
+from duplex_es_tools.bench.databases import BenchDatabase
+from duplex_es_tools.bench.machine import sqlite_durability
+from duplex_es_tools.bench.timing import SerialContender, ThreadedContender
+from duplex_es_tools.bench.workload import payload
 
 __all__ = ["VERSION", "Transcript", "Transcripts", "EsSave", "EsConcurrent", "es_replay", "es_durability"]
 
-#: The version the comparisons are pinned to (``pip install .[bench]``).
+#: The version the comparisons are pinned to (``pip install .[tools]``).
 VERSION = "9.5.6"
 
 

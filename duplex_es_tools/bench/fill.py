@@ -15,11 +15,11 @@ import time
 from functools import lru_cache
 from typing import Any, Iterator
 
-from duplex_es.bench.databases import BenchDatabase
-from duplex_es.bench.workload import history_event
 from duplex_es.domain import fold
 from duplex_es.events import encode
 from duplex_es.store.chain import GENESIS, event_hash
+from duplex_es_tools.bench.databases import BenchDatabase
+from duplex_es_tools.bench.workload import history_event
 
 __all__ = ["bulk_history", "history_state"]
 
@@ -38,7 +38,7 @@ def _rows(session_id: str, upto_seq: int) -> Iterator[tuple[Any, ...]]:
 
 
 def bulk_history(bdb: BenchDatabase, session_id: str, upto_seq: int) -> None:
-    """Write events ``1 .. upto_seq`` of :func:`~duplex_es.bench.workload.history_event` to
+    """Write events ``1 .. upto_seq`` of :func:`~duplex_es_tools.bench.workload.history_event` to
     ``session_id`` (a new session) in transactions of 50,000 rows. The database must be
     migrated."""
     rows = _rows(session_id, upto_seq)

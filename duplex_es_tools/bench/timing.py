@@ -15,7 +15,7 @@ from typing import Callable, Optional, Protocol, Sequence
 
 import attrs
 
-from duplex_es.bench.histogram import Latencies
+from duplex_es_tools.bench.histogram import Latencies
 
 __all__ = [
     "Figures",

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import random
 
-from duplex_es.bench.context import BenchContext
-from duplex_es.bench.histogram import Latencies
-from duplex_es.bench.fill import bulk_history
-from duplex_es.bench.ours import Loader, rebuild
-from duplex_es.bench.peer_eventsourcing import VERSION, es_replay
-from duplex_es.bench.peer_raw import raw_replay
-from duplex_es.bench.report import Row, build_row, comparison
-from duplex_es.bench.targets import MEASUREMENTS, target
-from duplex_es.bench.timing import alternate_calls
-from duplex_es.bench.workload import SEED
 from duplex_es.store import EventLog
+from duplex_es_tools.bench.context import BenchContext
+from duplex_es_tools.bench.fill import bulk_history
+from duplex_es_tools.bench.histogram import Latencies
+from duplex_es_tools.bench.ours import Loader, rebuild
+from duplex_es_tools.bench.peer_eventsourcing import VERSION, es_replay
+from duplex_es_tools.bench.peer_raw import raw_replay
+from duplex_es_tools.bench.report import Row, build_row, comparison
+from duplex_es_tools.bench.targets import MEASUREMENTS, target
+from duplex_es_tools.bench.timing import alternate_calls
+from duplex_es_tools.bench.workload import SEED
 
 __all__ = ["rebuild_row", "load_row", "TAIL"]
 

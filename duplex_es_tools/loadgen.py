@@ -140,8 +140,8 @@ def chunk_audio(pcm: bytes, chunk_ms: int = 20, rate: int = 24000) -> list[str]:
 
 def default_pcm() -> bytes:
     """The shared fixture question (5.19 s of speech, PCM16 24 kHz)."""
-    from duplex_es.cli.conversation import read_wav_pcm16
-    from duplex_es.cli.demo import default_audio
+    from duplex_es_tools.conversation import read_wav_pcm16
+    from duplex_es_tools.conversation import default_audio
 
     return read_wav_pcm16(default_audio())
 
@@ -500,7 +500,7 @@ def load_pcm(path: Optional[Path]) -> bytes:
     """The audio to loop: a mono PCM16 WAV file (resampled to 24 kHz), or the shared fixture."""
     if path is None:
         return default_pcm()
-    from duplex_es.cli.conversation import read_wav_pcm16
+    from duplex_es_tools.conversation import read_wav_pcm16
 
     return read_wav_pcm16(path)
 

@@ -9,15 +9,15 @@ import random
 import time
 from typing import Any
 
-from duplex_es.bench.context import BenchContext
-from duplex_es.bench.histogram import Latencies
-from duplex_es.bench.ours import TickFeeder, WakeupProbe, claim_loop, wakeup_api
-from duplex_es.bench.peer_raw import RawClaim, RawWakeup
-from duplex_es.bench.report import Row, build_row, comparison, not_measured
-from duplex_es.bench.targets import MEASUREMENTS, target
-from duplex_es.bench.timing import Contender, FnContender, run_back_to_back
-from duplex_es.bench.workload import SEED
 from duplex_es.store import EventLog, TickQueue
+from duplex_es_tools.bench.context import BenchContext
+from duplex_es_tools.bench.histogram import Latencies
+from duplex_es_tools.bench.ours import TickFeeder, WakeupProbe, claim_loop, wakeup_api
+from duplex_es_tools.bench.peer_raw import RawClaim, RawWakeup
+from duplex_es_tools.bench.report import Row, build_row, comparison, not_measured
+from duplex_es_tools.bench.targets import MEASUREMENTS, target
+from duplex_es_tools.bench.timing import Contender, FnContender, run_back_to_back
+from duplex_es_tools.bench.workload import SEED
 
 __all__ = ["claim_row", "wakeup_row", "POLL_S"]
 

@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import attrs
 
-from duplex_es.bench.databases import BenchDatabase, fresh_database
+from duplex_es_tools.bench.databases import BenchDatabase, fresh_database
 
 __all__ = ["Sizes", "BenchContext", "FULL", "QUICK"]
 

@@ -57,7 +57,7 @@ _TARGETS: dict[tuple[int, str], str] = {
 ALL_ROWS = tuple(range(1, 13))
 #: The rows this package measures itself.
 OUR_ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 12)
-#: The rows :mod:`duplex_es.bench.serving` measures.
+#: The rows :mod:`duplex_es_tools.bench.serving` measures.
 SERVING_ROWS = (9, 10, 11)
 
 

@@ -36,14 +36,13 @@ from rich.console import Console
 from rich.table import Table
 
 from duplex_es.audit import audit_session
-from duplex_es.cli.conversation import read_wav_pcm16
-from duplex_es.cli.demo import default_audio
-from duplex_es.cli.processes import Proc, free_port, start_server, start_worker, wait_healthy
 from duplex_es.domain import SessionState, evolve, fold
 from duplex_es.events import ItemRetrieved
 from duplex_es.protocol import encode_wire, project
 from duplex_es.snapshots import load_state
 from duplex_es.store import Database, EventLog, SnapshotStore, upgrade
+from duplex_es_tools.conversation import default_audio, read_wav_pcm16
+from duplex_es_tools.processes import Proc, free_port, start_server, start_worker, wait_healthy
 
 __all__ = ["run_chaos", "ChaosReport"]
 

@@ -19,10 +19,10 @@ from typing import Any, Callable, Optional
 
 import psycopg
 
-from duplex_es.bench.databases import BenchDatabase
-from duplex_es.bench.timing import SerialContender, ThreadedContender
-from duplex_es.bench.workload import payload
 from duplex_es.store.database import APPEND_LOCK_KEY
+from duplex_es_tools.bench.databases import BenchDatabase
+from duplex_es_tools.bench.timing import SerialContender, ThreadedContender
+from duplex_es_tools.bench.workload import payload
 
 __all__ = ["RawAppend", "RawConcurrent", "raw_replay", "RawClaim", "RawWakeup"]
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from duplex_es.bench.histogram import Latencies
+from duplex_es_tools.bench.histogram import Latencies
 
 __all__ = ["spoken_turns", "world_blocks"]
 
@@ -18,9 +18,9 @@ def spoken_turns(url: str, folder: Path, turns: int) -> dict[str, Any]:
     """``turns`` spoken turns (the 5.2 s fixture question) through a ``serve`` and a ``worker``
     process on the database at ``url``: latencies (ms) from ``response.create`` to the first
     audio delta."""
-    from duplex_es.cli.conversation import read_wav_pcm16, speak_and_listen
-    from duplex_es.cli.demo import default_audio
-    from duplex_es.cli.processes import free_port, start_server, start_worker, wait_healthy
+    from duplex_es_tools.conversation import read_wav_pcm16, speak_and_listen
+    from duplex_es_tools.conversation import default_audio
+    from duplex_es_tools.processes import free_port, start_server, start_worker, wait_healthy
 
     pcm = read_wav_pcm16(default_audio())
     folder.mkdir(parents=True, exist_ok=True)

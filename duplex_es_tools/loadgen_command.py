@@ -1,5 +1,5 @@
 """``duplex-es loadgen``: drive a running server with concurrent realtime speech sessions and
-print append → acknowledged latency (see :mod:`duplex_es.loadgen`)."""
+print append → acknowledged latency (see :mod:`duplex_es_tools.loadgen`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from duplex_es.loadgen import DEFAULT_RAMP, RunResult, load_pcm, run, run_load, run_ramp
+from duplex_es_tools.loadgen import DEFAULT_RAMP, RunResult, load_pcm, run, run_load, run_ramp
 
 __all__ = ["run_loadgen", "parse_steps"]
 

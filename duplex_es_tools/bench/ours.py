@@ -10,14 +10,14 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from duplex_es.bench.databases import BenchDatabase
-from duplex_es.bench.fill import bulk_history, history_state
-from duplex_es.bench.histogram import Latencies
-from duplex_es.bench.timing import SerialContender, ThreadedContender
-from duplex_es.bench.workload import history_event, opened, text_event, tick
 from duplex_es.domain import fold
 from duplex_es.snapshots import load_state, save_snapshot
 from duplex_es.store import Database, EventLog, SnapshotStore, TickQueue
+from duplex_es_tools.bench.databases import BenchDatabase
+from duplex_es_tools.bench.fill import bulk_history, history_state
+from duplex_es_tools.bench.histogram import Latencies
+from duplex_es_tools.bench.timing import SerialContender, ThreadedContender
+from duplex_es_tools.bench.workload import history_event, opened, text_event, tick
 
 __all__ = [
     "writer_class",
@@ -140,7 +140,7 @@ def rebuild(log: EventLog, session_id: str) -> Callable[[], int]:
 class Loader:
     """Row 6: a session of ``length`` events with a snapshot ``tail`` events before its head
     (saved with ``save_snapshot``), loaded with ``load_state`` (snapshot + tail). The session is
-    written with :func:`~duplex_es.bench.fill.bulk_history` (the project's codec and hash chain,
+    written with :func:`~duplex_es_tools.bench.fill.bulk_history` (the project's codec and hash chain,
     in bulk)."""
 
     def __init__(self, bdb: BenchDatabase, db: Database, length: int, tail: int, say: Callable[[str], Any] = print) -> None:

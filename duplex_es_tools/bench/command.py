@@ -1,6 +1,7 @@
 """``duplex-es bench`` (``make bench``): the benchmark suite of issue 6 §3, written to
-``bench/results.json`` and ``bench/RESULTS.md``. The suite itself lives in :mod:`duplex_es.bench`;
-this module is its command line.
+``bench/results.json`` and ``bench/RESULTS.md``. The suite itself is the rest of
+:mod:`duplex_es_tools.bench`; this module is its command line, which imports the suite only when it
+runs (``duplex-es`` loads the options of every command to build its parser).
 
 Figures are measured, never asserted: targets live in the report, which says met or short.
 """
@@ -51,7 +52,7 @@ def parse_rows(text: str) -> tuple[tuple[int, ...], bool]:
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``duplex-es bench``; sets the subcommand's function."""
+    """Add the options of ``duplex-es bench`` to its subparser ``p``."""
     p.add_argument(
         "--pg",
         "--pg-url",
@@ -70,12 +71,11 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help=f"row 12's largest log size in events (default 10,000,000; {QUICK_LOG_EVENTS:,} with --quick)",
     )
-    p.set_defaults(func=bench_command)
 
 
-def bench_command(args: argparse.Namespace) -> int:
-    """Run ``duplex-es bench`` with parsed ``args``; returns the exit code (0; 2 on bad --rows)."""
-    console = Console()
+def bench_command(args: argparse.Namespace, console: Console) -> int:
+    """Run ``duplex-es bench`` with parsed ``args``, printing to ``console``; returns the exit
+    code (0; 2 on bad --rows)."""
     try:
         rows, extras = parse_rows(args.rows)
     except argparse.ArgumentTypeError as exc:
@@ -110,7 +110,7 @@ def run_bench(
 ) -> int:
     """Run the suite and write the report; print a summary table. ``pg_url=None`` measures
     SQLite only. Returns 0."""
-    from duplex_es.bench.run import DEFAULT_LOG_EVENTS, BenchOptions, run_suite
+    from duplex_es_tools.bench.run import DEFAULT_LOG_EVENTS, BenchOptions, run_suite
 
     if pg_url is None:
         backends = tuple(b for b in backends if b != "postgresql")

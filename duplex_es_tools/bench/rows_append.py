@@ -7,16 +7,16 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Optional
 
-from duplex_es.bench.context import BenchContext
-from duplex_es.bench.histogram import Latencies
-from duplex_es.bench.order_check import TailWatcher, static_order
-from duplex_es.bench.ours import OursAppend, OursConcurrent, writer_class
-from duplex_es.bench.peer_eventsourcing import EsConcurrent, EsSave
-from duplex_es.bench.peer_raw import RawAppend, RawConcurrent
-from duplex_es.bench.report import Comparison, Row, build_row, comparison, not_measured
-from duplex_es.bench.targets import MEASUREMENTS, target
-from duplex_es.bench.timing import Contender, Figures, run_back_to_back
 from duplex_es.store import EventLog
+from duplex_es_tools.bench.context import BenchContext
+from duplex_es_tools.bench.histogram import Latencies
+from duplex_es_tools.bench.order_check import TailWatcher, static_order
+from duplex_es_tools.bench.ours import OursAppend, OursConcurrent, writer_class
+from duplex_es_tools.bench.peer_eventsourcing import EsConcurrent, EsSave
+from duplex_es_tools.bench.peer_raw import RawAppend, RawConcurrent
+from duplex_es_tools.bench.report import Comparison, Row, build_row, comparison, not_measured
+from duplex_es_tools.bench.targets import MEASUREMENTS, target
+from duplex_es_tools.bench.timing import Contender, Figures, run_back_to_back
 
 __all__ = ["single_event_row", "concurrent_row", "batched_row"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from duplex_es.bench.histogram import Latencies
+from duplex_es_tools.bench.histogram import Latencies
 
 __all__ = ["disk_fdatasync", "machine_facts", "sqlite_durability", "postgresql_facts"]
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from duplex_es.bench.context import BenchContext
-from duplex_es.bench.databases import BenchDatabase
-from duplex_es.bench.ours import OursAppend
-from duplex_es.bench.peer_raw import RawAppend
-from duplex_es.bench.report import Row, build_row, comparison
-from duplex_es.bench.targets import MEASUREMENTS, target
-from duplex_es.bench.timing import run_back_to_back
+from duplex_es_tools.bench.context import BenchContext
+from duplex_es_tools.bench.databases import BenchDatabase
+from duplex_es_tools.bench.ours import OursAppend
+from duplex_es_tools.bench.peer_raw import RawAppend
+from duplex_es_tools.bench.report import Row, build_row, comparison
+from duplex_es_tools.bench.targets import MEASUREMENTS, target
+from duplex_es_tools.bench.timing import run_back_to_back
 
 __all__ = ["growth_row", "growth_sizes", "fill_log", "FILLER_SESSION_EVENTS"]
 

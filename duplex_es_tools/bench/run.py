@@ -1,6 +1,6 @@
 """Orchestration of ``make bench``: machine facts first, then every selected row on every selected
 backend (each row runs its comparisons itself, back to back), the serving rows 9–11 from
-:mod:`duplex_es.bench.serving`, the extra figures, and the report."""
+:mod:`duplex_es_tools.bench.serving`, the extra figures, and the report."""
 
 from __future__ import annotations
 
@@ -15,16 +15,16 @@ from typing import Any, Callable, Optional, Sequence
 
 import attrs
 
-from duplex_es.bench.context import FULL, QUICK, BenchContext
-from duplex_es.bench.databases import fresh_database, pg_base_url, pg_conninfo
-from duplex_es.bench.machine import machine_facts, postgresql_facts
-from duplex_es.bench.report import Row, not_measured, write_report
-from duplex_es.bench.rows_append import batched_row, concurrent_row, single_event_row
-from duplex_es.bench.rows_growth import growth_row
-from duplex_es.bench.rows_read import load_row, rebuild_row
-from duplex_es.bench.rows_ticks import claim_row, wakeup_row
-from duplex_es.bench.targets import ALL_ROWS, BACKENDS, MEASUREMENTS, SERVING_ROWS, target
-from duplex_es.bench.workload import SEED
+from duplex_es_tools.bench.context import FULL, QUICK, BenchContext
+from duplex_es_tools.bench.databases import fresh_database, pg_base_url, pg_conninfo
+from duplex_es_tools.bench.machine import machine_facts, postgresql_facts
+from duplex_es_tools.bench.report import Row, not_measured, write_report
+from duplex_es_tools.bench.rows_append import batched_row, concurrent_row, single_event_row
+from duplex_es_tools.bench.rows_growth import growth_row
+from duplex_es_tools.bench.rows_read import load_row, rebuild_row
+from duplex_es_tools.bench.rows_ticks import claim_row, wakeup_row
+from duplex_es_tools.bench.targets import ALL_ROWS, BACKENDS, MEASUREMENTS, SERVING_ROWS, target
+from duplex_es_tools.bench.workload import SEED
 
 __all__ = ["BenchOptions", "run_suite", "ROW_FUNCTIONS", "DEFAULT_LOG_EVENTS"]
 
@@ -101,13 +101,13 @@ def _safely(say: Callable[[str], Any], row: int, backend: str, fn: Callable[[], 
 
 def _serving_rows(ctx: BenchContext, backends: Sequence[str], wanted: set[int], out_dir: Path) -> list[Row]:
     try:
-        from duplex_es.bench.serving import run_serving_rows
+        from duplex_es_tools.bench.serving import run_serving_rows
     except ImportError as exc:
-        reason = f"duplex_es.bench.serving is not available ({exc})"
+        reason = f"duplex_es_tools.bench.serving is not available ({exc})"
         return [not_measured(r, b, MEASUREMENTS[r], target(r, b), reason) for r in sorted(wanted) for b in backends]
     rows: list[Row] = []
     for b in backends:
-        ctx.say(f"rows {', '.join(map(str, sorted(wanted)))} ({b}): serving (duplex_es.bench.serving)")
+        ctx.say(f"rows {', '.join(map(str, sorted(wanted)))} ({b}): serving (duplex_es_tools.bench.serving)")
 
         def call(b: str = b) -> list[Row]:
             with ctx.fresh(b, "serving") as bdb:
@@ -124,7 +124,7 @@ def _serving_rows(ctx: BenchContext, backends: Sequence[str], wanted: set[int], 
 
 
 def _extras(ctx: BenchContext, backends: Sequence[str]) -> list[dict[str, Any]]:
-    from duplex_es.bench.extras import spoken_turns, world_blocks
+    from duplex_es_tools.bench.extras import spoken_turns, world_blocks
 
     out = []
     for b in backends:

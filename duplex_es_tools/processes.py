@@ -1,4 +1,5 @@
-"""Starting ``duplex-es serve`` and ``duplex-es worker`` as separate OS processes (demo, tests)."""
+"""Starting ``duplex-es serve`` and ``duplex-es worker`` as separate OS processes (demo, chaos,
+bench, tests)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A spoken turn through the official ``openai`` SDK's realtime client (demo and tests).
+"""A spoken turn through the official ``openai`` SDK's realtime client (demo, chaos, bench and
+tests), WAV files, and the shared fixture audio the tools speak.
 
 The SDK is the client users have; driving duplex_es with it proves the server speaks the
 Realtime protocol as the SDK understands it.
@@ -16,7 +17,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 import attrs
 
-__all__ = ["Turn", "read_wav_pcm16", "write_wav_pcm16", "speak_and_listen"]
+__all__ = ["Turn", "default_audio", "read_wav_pcm16", "write_wav_pcm16", "speak_and_listen"]
 
 
 @attrs.define
@@ -37,6 +38,17 @@ class Turn:
     def of_type(self, type_: str) -> list[dict[str, Any]]:
         """The received server events of one type, in order."""
         return [e for e in self.events if e.get("type") == type_]
+
+
+def default_audio() -> Path:
+    """The shared fixture: "Hi there. Can you tell me what the weather will be like in Lisbon
+    tomorrow afternoon?" (24 kHz PCM16), found in the ``shared`` folder beside the checkout."""
+    root = Path(__file__).resolve().parents[1]
+    for base in (root.parent / "shared", root / "shared", Path.cwd().parent / "shared"):
+        path = base / "fixtures" / "audio" / "weather_question_24k.wav"
+        if path.exists():
+            return path
+    raise FileNotFoundError("shared/fixtures/audio/weather_question_24k.wav not found beside the checkout (nor in it); pass --audio FILE.wav")
 
 
 def read_wav_pcm16(path: Path, rate: int = 24000) -> bytes:

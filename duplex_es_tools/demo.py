@@ -18,25 +18,14 @@ from typing import Optional
 from rich.console import Console
 
 from duplex_es.audit import audit_session
-from duplex_es.cli.conversation import read_wav_pcm16, speak_and_listen, write_wav_pcm16
-from duplex_es.cli.processes import free_port, start_server, start_worker, wait_healthy
 from duplex_es.cli.render import audit_line, state_lines
-from duplex_es.cli.world_demo import steer
 from duplex_es.replay import replay, rerender
 from duplex_es.store import Database, EventLog, upgrade
+from duplex_es_tools.conversation import default_audio, read_wav_pcm16, speak_and_listen, write_wav_pcm16
+from duplex_es_tools.processes import free_port, start_server, start_worker, wait_healthy
+from duplex_es_tools.world_demo import steer
 
-__all__ = ["run_demo", "default_audio"]
-
-
-def default_audio() -> Path:
-    """The shared fixture: "Hi there. Can you tell me what the weather will be like in Lisbon
-    tomorrow afternoon?" (24 kHz PCM16), found in the ``shared`` folder beside the checkout."""
-    root = Path(__file__).resolve().parents[2]
-    for base in (root.parent / "shared", root / "shared", Path.cwd().parent / "shared"):
-        path = base / "fixtures" / "audio" / "weather_question_24k.wav"
-        if path.exists():
-            return path
-    raise FileNotFoundError("shared/fixtures/audio/weather_question_24k.wav not found beside the checkout (nor in it); pass --audio FILE.wav")
+__all__ = ["run_demo"]
 
 
 def run_demo(
