@@ -36,7 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 from duplex_es.audit import audit_session
-from duplex_es.domain import SessionState, evolve, fold
+from duplex_es.domain import evolve, fold, new_state
 from duplex_es.events import ItemRetrieved
 from duplex_es.protocol import encode_wire, project
 from duplex_es.snapshots import load_state
@@ -342,7 +342,7 @@ async def _kill_schedule(stack: Stack, rng: random.Random, kills: int, window_s:
 
 def _projection(log: EventLog, session_id: str) -> dict[int, dict]:
     """``server_event_seq`` → the wire event the log says was sent (decoded JSON)."""
-    state: Any = SessionState()
+    state: Any = new_state()
     out: dict[int, dict] = {}
     for r in log.read_session(session_id):
         before, state = state, evolve(state, r.seq, r.event)

@@ -3,7 +3,7 @@
 
 * **Row 9** — worker output commit → the client's WebSocket frame. The bench process plays the
   worker: it claims each tick from the :class:`~duplex_es.store.TickQueue` and commits an output
-  shaped like the reference engine's (:func:`~duplex_es.worker.runner.output_events`, 500 ms of
+  shaped like the reference engine's (:func:`~duplex_es.worker.contracts.output_events`, 500 ms of
   PCM16 audio and a transcript delta); the clock starts when ``commit`` returns and stops when a
   client thread receives the first frame projected from that output (its
   ``server_event_seq // 1000`` is the output's log seq).
@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator, Optional
 from duplex_es.events import TickIssued
 from duplex_es.store import Database, EventLog, TickQueue, upgrade
 from duplex_es.worker.engine import EngineOutput, TickIdentity
-from duplex_es.worker.runner import output_events
+from duplex_es.worker.contracts import output_events
 from duplex_es_tools.bench.histogram import Latencies
 from duplex_es_tools.bench.report import Row, build_row, comparison
 from duplex_es_tools.bench.targets import MEASUREMENTS, target
@@ -203,7 +203,7 @@ def output_to_frame(queue: TickQueue, frames: _Frames, *, audio: bytes, timeout:
         text_delta=f"chunk {tick.chunk_index} ",
         final=final,
     )
-    result = queue.commit(claim, output_events(claim, "bench-row9", out))
+    result = queue.commit(claim, output_events(claim.session_id, "bench-row9", out))
     committed = time.perf_counter_ns()
     seq = result.records[0].seq
     return frames.arrival_ns(seq, timeout) - committed, final
