@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 from urllib.parse import urlsplit
+from duplex_es.errors import DuplexError
 
 import attrs
 import numpy as np
@@ -57,7 +58,7 @@ _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 _ACK = '"type":"input_audio_buffer.appended"'
 
 
-class LoadgenError(Exception):
+class LoadgenError(DuplexError):
     """The load cannot run as asked: a non-loopback URL, a bound exceeded, a server that does not
     acknowledge appends."""
 

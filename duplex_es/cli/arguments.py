@@ -12,10 +12,12 @@ import argparse
 import math
 from typing import Any
 
+from duplex_es.errors import DuplexError
+
 __all__ = ["CliError", "positive_int", "non_negative_int", "positive_float", "port"]
 
 
-class CliError(Exception):
+class CliError(DuplexError):
     """A problem to report in one line, without a traceback (``duplex-es`` exits 2)."""
 
 

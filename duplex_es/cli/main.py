@@ -21,7 +21,8 @@ from rich.markup import escape
 
 from duplex_es.cli.arguments import CliError, non_negative_int, port, positive_int
 from duplex_es.cli.discovery import add_tool_commands
-from duplex_es.store import Database, EventLog, StoredEventError, upgrade
+from duplex_es.errors import DuplexError
+from duplex_es.store import Database, EventLog, upgrade
 
 __all__ = ["main", "build_parser"]
 
@@ -386,7 +387,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return args.func(args)
     except KeyboardInterrupt:
         return 130
-    except (CliError, ValueError, OSError, StoredEventError) as exc:
+    except (DuplexError, ValueError, OSError) as exc:
         # One line, unwrapped, for whoever greps it; escaped, as a message may hold brackets (an
         # extra's name, a path) that are not markup.
         console.print(f"[red]duplex-es {args.command}:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)

@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import attrs
 
+from duplex_es.errors import DuplexError
 from duplex_es.events import Event
 
 __all__ = ["SessionKind", "IllegalTransition", "Decider", "Evolver", "Evolve", "Violation", "TickAudit"]
@@ -48,7 +49,7 @@ class TickAudit:
     responses: int = 0
 
 
-class IllegalTransition(RuntimeError):
+class IllegalTransition(DuplexError, RuntimeError):
     """An evolver moved a status (a session's, a response's) along an edge its machine does not
     allow: a reducer bug or a log no decider of this code could have written (the fold stops
     here). ``subject`` names what moved (``speech session sess_…``, ``response resp_…``)."""

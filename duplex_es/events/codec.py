@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import cattrs
 
+from duplex_es.errors import DuplexError
 from duplex_es.events.base import Event, registry
 
 # Import for their side effect: they register every event type.
@@ -35,7 +36,7 @@ Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 _UPCASTERS: dict[tuple[str, int], Upcaster] = {}
 
 
-class EventDecodeError(ValueError):
+class EventDecodeError(DuplexError, ValueError):
     """A stored event cannot be turned into a current event object.
 
     Attributes:

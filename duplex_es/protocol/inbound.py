@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import attrs
 
+from duplex_es.errors import ProtocolError
 from duplex_es.domain.commands import (
     AckPlayback,
     AppendAudio,
@@ -60,6 +61,7 @@ __all__ = [
     "command_from_realtime",
     "parse_frame",
     "MAX_FRAME_BYTES",
+    "read_frame",
     "MAX_INT",
     "IdFactory",
     "CLIENT_EVENT_TYPES",
@@ -78,7 +80,7 @@ MAX_INT = 2**53 - 1
 IdFactory = Callable[[str], str]
 
 
-class CommandError(ValueError):
+class CommandError(ProtocolError, ValueError):
     """A client event that cannot become a command.
 
     Attributes:
@@ -268,21 +270,9 @@ def parse_frame(raw: str | bytes, new_id: IdFactory, *, dialect: str = "ga") -> 
         new_id: makes the ids a command creates (items, responses, requests).
         dialect: ``"ga"``, or ``"beta"`` for clients that sent ``OpenAI-Beta: realtime=v1``.
     """
-    if isinstance(raw, bytes):
-        return Invalid(code=Code.BINARY_FRAME, message="binary frames are not part of the Realtime protocol; send JSON text")
-    # Count UTF-8 bytes, as the transport does; characters are a cheap lower bound.
-    size = len(raw) if len(raw) * 4 <= MAX_FRAME_BYTES else len(raw.encode("utf-8", "surrogatepass"))
-    if size > MAX_FRAME_BYTES:
-        return Invalid(code=Code.FRAME_TOO_LARGE, message=f"frame of {size} bytes exceeds the limit of {MAX_FRAME_BYTES}")
-    # The excerpt (for debugging a refusal) is only made when the frame is refused.
-    try:
-        msg = json.loads(raw, parse_constant=_no_constant)
-    except json.JSONDecodeError as exc:
-        return Invalid(code=Code.INVALID_JSON, message=f"frame is not valid JSON: {exc}", excerpt=_printable(raw))
-    except RecursionError:
-        return Invalid(code=Code.INVALID_JSON, message="frame nests JSON values too deeply to parse", excerpt=_printable(raw))
-    except ValueError as exc:  # e.g. an integer literal of thousands of digits
-        return Invalid(code=Code.INVALID_JSON, message=f"frame holds a value that cannot be parsed: {exc}", excerpt=_printable(raw))
+    msg = read_frame(raw, "binary frames are not part of the Realtime protocol; send JSON text")
+    if isinstance(msg, Invalid):
+        return msg
     digest = _digest(raw) if isinstance(msg, dict) and msg.get("event_id") is not None else None
     try:
         return command_from_realtime(msg, new_id, dialect=dialect, digest=digest)
@@ -290,6 +280,28 @@ def parse_frame(raw: str | bytes, new_id: IdFactory, *, dialect: str = "ga") -> 
         if err.code in (Code.INVALID_EVENT, Code.MISSING_TYPE) and err.param is None:
             err.excerpt = _printable(raw)
         return err.as_command()
+
+
+def read_frame(raw: str | bytes, binary_message: str) -> Any:
+    """The JSON value of a text frame, or the ``Invalid`` command refusing the frame: a binary
+    frame (``binary_frame``, with ``binary_message``), one over :data:`MAX_FRAME_BYTES` of UTF-8
+    (``frame_too_large``), or text that is not JSON (``invalid_json``: also ``NaN``/``Infinity``,
+    too deep nesting, unparseable numbers). The guard every endpoint's parser starts with."""
+    if isinstance(raw, bytes):
+        return Invalid(code=Code.BINARY_FRAME, message=binary_message)
+    # Count UTF-8 bytes, as the transport does; characters are a cheap lower bound.
+    size = len(raw) if len(raw) * 4 <= MAX_FRAME_BYTES else len(raw.encode("utf-8", "surrogatepass"))
+    if size > MAX_FRAME_BYTES:
+        return Invalid(code=Code.FRAME_TOO_LARGE, message=f"frame of {size} bytes exceeds the limit of {MAX_FRAME_BYTES}")
+    # The excerpt (for debugging a refusal) is only made when the frame is refused.
+    try:
+        return json.loads(raw, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        return Invalid(code=Code.INVALID_JSON, message=f"frame is not valid JSON: {exc}", excerpt=_printable(raw))
+    except RecursionError:
+        return Invalid(code=Code.INVALID_JSON, message="frame nests JSON values too deeply to parse", excerpt=_printable(raw))
+    except ValueError as exc:  # e.g. an integer literal of thousands of digits
+        return Invalid(code=Code.INVALID_JSON, message=f"frame holds a value that cannot be parsed: {exc}", excerpt=_printable(raw))
 
 
 def _no_constant(name: str) -> Any:
@@ -383,7 +395,7 @@ def _unwrap_turn_signal(payload: dict, event_id: Optional[str]) -> dict:
 # ---------------------------------------------------------------------------------- field access
 
 
-class _Bad(Exception):
+class _Bad(ProtocolError):
     def __init__(self, code: str, message: str, param: Optional[str] = None) -> None:
         self.code, self.message, self.param = code, message, param
 

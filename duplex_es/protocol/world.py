@@ -5,7 +5,6 @@ and byte-exact re-sends work the same way (docs/architecture.md, I13).
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Optional
 
 from duplex_es.domain.commands import Invalid
@@ -23,7 +22,7 @@ from duplex_es.events import (
     WorldReset,
     WorldStarted,
 )
-from duplex_es.protocol.inbound import MAX_FRAME_BYTES, MAX_INT, CommandError, _bad_string, _no_constant, _printable, resume_request
+from duplex_es.protocol.inbound import MAX_INT, CommandError, _bad_string, _printable, read_frame, resume_request
 from duplex_es.protocol.outbound import Ctx, Projection
 
 __all__ = ["parse_world_frame", "world_start_config", "WORLD_LIMITS", "CAMERA_SCHEMA", "PROJECTIONS", "SILENT_EVENT_TYPES"]
@@ -36,9 +35,10 @@ WORLD_LIMITS = {"width": (16, 1024), "height": (16, 1024), "fps": (1, 60), "fram
 _START_KEYS = {"type", "event_id", "prompt", "seed", "width", "height", "fps", "frames_per_chunk", "max_chunks", "pacing", "max_pending", "binary", "model"}
 
 
-class _Bad(Exception):
-    def __init__(self, message: str, param: Optional[str] = None) -> None:
-        self.message, self.param = message, param
+def _invalid(message: str, param: Optional[str] = None) -> CommandError:
+    """A malformed field of a world message (the parser's one error, as for Realtime messages);
+    ``parse_world_frame`` gives it its code."""
+    return CommandError(Code.INVALID_EVENT, message, param)
 
 
 def _int_in(msg: dict, key: str, lo: int, hi: int, default: Optional[int]) -> Optional[int]:
@@ -46,7 +46,7 @@ def _int_in(msg: dict, key: str, lo: int, hi: int, default: Optional[int]) -> Op
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise _Bad(f"{key} must be an integer in [{lo}, {hi}]", key)
+        raise _invalid(f"{key} must be an integer in [{lo}, {hi}]", key)
     return v
 
 
@@ -54,57 +54,54 @@ def world_start_config(msg: dict) -> WorldConfig:
     """The configuration a ``session.start`` asks for.
 
     Raises:
-        ValueError: a field is unknown, of the wrong type or out of bounds (``args`` = message,
-            param).
+        CommandError: a field is unknown, of the wrong type or out of bounds (``invalid_event``,
+            naming it).
     """
-    try:
-        for key in msg:
-            if key not in _START_KEYS:
-                raise _Bad(f"unknown parameter {_printable(key, 60)!r}", _printable(key, 60))
-        prompt = msg.get("prompt", "")
-        if not isinstance(prompt, str) or len(prompt) > 4096:
-            raise _Bad("prompt must be a string of at most 4096 characters", "prompt")
-        pacing = msg.get("pacing", "fast")
-        if pacing not in ("fast", "realtime"):
-            raise _Bad('pacing must be "fast" or "realtime"', "pacing")
-        binary = msg.get("binary", False)
-        if not isinstance(binary, bool):
-            raise _Bad("binary must be a boolean", "binary")
-        model = msg.get("model", WorldConfig().model)
-        if not isinstance(model, str) or not model:
-            raise _Bad("model must be a string", "model")
-        fields: dict[str, Any] = {name: _int_in(msg, name, lo, hi, getattr(WorldConfig(), name)) for name, (lo, hi) in WORLD_LIMITS.items()}
-        return WorldConfig(
-            model=model,
-            prompt=prompt,
-            seed=_int_in(msg, "seed", 0, MAX_INT, 0),  # type: ignore[arg-type]
-            max_chunks=_int_in(msg, "max_chunks", 1, 1_000_000, None),
-            pacing=pacing,
-            binary=binary,
-            **fields,
-        )
-    except _Bad as bad:
-        raise ValueError(bad.message, bad.param) from None
+    for key in msg:
+        if key not in _START_KEYS:
+            raise _invalid(f"unknown parameter {_printable(key, 60)!r}", _printable(key, 60))
+    prompt = msg.get("prompt", "")
+    if not isinstance(prompt, str) or len(prompt) > 4096:
+        raise _invalid("prompt must be a string of at most 4096 characters", "prompt")
+    pacing = msg.get("pacing", "fast")
+    if pacing not in ("fast", "realtime"):
+        raise _invalid('pacing must be "fast" or "realtime"', "pacing")
+    binary = msg.get("binary", False)
+    if not isinstance(binary, bool):
+        raise _invalid("binary must be a boolean", "binary")
+    model = msg.get("model", WorldConfig().model)
+    if not isinstance(model, str) or not model:
+        raise _invalid("model must be a string", "model")
+    fields: dict[str, Any] = {name: _int_in(msg, name, lo, hi, getattr(WorldConfig(), name)) for name, (lo, hi) in WORLD_LIMITS.items()}
+    return WorldConfig(
+        model=model,
+        prompt=prompt,
+        seed=_int_in(msg, "seed", 0, MAX_INT, 0),  # type: ignore[arg-type]
+        max_chunks=_int_in(msg, "max_chunks", 1, 1_000_000, None),
+        pacing=pacing,
+        binary=binary,
+        **fields,
+    )
 
 
 def _controls(raw: Any) -> tuple[Control, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise _Bad("controls must be a list of {track, schema, data}", "controls")
+        raise _invalid("controls must be a list of {track, schema, data}", "controls")
     seen: set[str] = set()
     out = []
     for i, c in enumerate(raw):
         path = f"controls[{i}]"
         if not isinstance(c, dict) or set(c) - {"track", "schema", "data"}:
-            raise _Bad(f"{path} must be an object with track, schema and data", path)
+            raise _invalid(f"{path} must be an object with track, schema and data", path)
         track, schema, data = c.get("track"), c.get("schema"), c.get("data", {})
         if not isinstance(track, str) or not track or not isinstance(schema, str) or not schema:
-            raise _Bad(f"{path}.track and .schema must be non-empty strings", f"{path}.track")
+            raise _invalid(f"{path}.track and .schema must be non-empty strings", f"{path}.track")
         if track in seen:
-            raise _Bad(f"track {track!r} appears twice in one interaction", f"{path}.track")
+            raise _invalid(f"track {track!r} appears twice in one interaction", f"{path}.track")
         if not isinstance(data, dict):
-            raise _Bad(f"{path}.data must be a JSON object", f"{path}.data")
+            raise _invalid(f"{path}.data must be a JSON object", f"{path}.data")
         seen.add(track)
         out.append(Control(track=track, schema=schema, data=data))
     return tuple(out)
@@ -114,14 +111,9 @@ def parse_world_frame(raw: str | bytes, new_id: Callable[[str], str], now_ms: in
     """Turn one ``/v1/world`` frame into a command (an ``Invalid`` or ``RefuseInteraction``
     command for anything malformed, so the refusal is logged), or a ``ResumeRequest`` for
     ``session.resume``, which the transport handles."""
-    if isinstance(raw, bytes):
-        return Invalid(code=Code.BINARY_FRAME, message="send JSON text frames")
-    if len(raw.encode("utf-8", "surrogatepass")) > MAX_FRAME_BYTES:
-        return Invalid(code=Code.FRAME_TOO_LARGE, message=f"frame exceeds {MAX_FRAME_BYTES} bytes")
-    try:
-        msg = json.loads(raw, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:
-        return Invalid(code=Code.INVALID_JSON, message=f"frame is not valid JSON: {exc}"[:300], excerpt=_printable(raw))
+    msg = read_frame(raw, "binary frames are not part of the world protocol; send JSON text")
+    if isinstance(msg, Invalid):
+        return msg
     if not isinstance(msg, dict):
         return Invalid(code=Code.INVALID_EVENT, message="a client message must be a JSON object", excerpt=_printable(raw))
     why = _bad_string(msg)
@@ -134,8 +126,8 @@ def parse_world_frame(raw: str | bytes, new_id: Callable[[str], str], now_ms: in
             return Invalid(event_id=sid, command_type=kind, code=Code.SESSION_ALREADY_OPEN, message="the session already started")
         try:
             config = world_start_config(msg)
-        except ValueError as err:
-            return Invalid(event_id=sid, command_type=kind, code=Code.INVALID_EVENT, message=err.args[0], param=err.args[1])
+        except CommandError as err:
+            return Invalid(event_id=sid, command_type=kind, code=err.code, message=err.message, param=err.param)
         return StartWorld(event_id=sid, session_id=session_id, config=config, at_ms=now_ms)
     if kind == "session.interaction":
         event_id = msg.get("event_id")
@@ -144,12 +136,12 @@ def parse_world_frame(raw: str | bytes, new_id: Callable[[str], str], now_ms: in
         try:
             extra = set(msg) - {"type", "event_id", "prompt", "controls"}
             if extra:
-                raise _Bad(f"unknown parameter {_printable(sorted(extra)[0], 60)!r}", _printable(sorted(extra)[0], 60))
+                raise _invalid(f"unknown parameter {_printable(sorted(extra)[0], 60)!r}", _printable(sorted(extra)[0], 60))
             prompt = msg.get("prompt")
             if prompt is not None and (not isinstance(prompt, str) or len(prompt) > 4096):
-                raise _Bad("prompt must be a string of at most 4096 characters", "prompt")
+                raise _invalid("prompt must be a string of at most 4096 characters", "prompt")
             return Interact(event_id=event_id, prompt=prompt, controls=_controls(msg.get("controls")))
-        except _Bad as bad:
+        except CommandError as bad:
             return RefuseInteraction(event_id=event_id, code=Code.INVALID_INTERACTION, message=bad.message, param=bad.param)
     if kind == "session.resume":
         try:

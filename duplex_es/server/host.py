@@ -21,6 +21,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, Optional, Protocol
 
 from prometheus_client import Counter, Histogram
 
+from duplex_es.errors import SessionError
 from duplex_es.domain import Detach, Resume
 from duplex_es.domain.commands import Command
 from duplex_es.domain.lease import resume_events
@@ -61,7 +62,7 @@ class Acquirer(Protocol):
         """
 
 
-class SessionMoved(Exception):
+class SessionMoved(SessionError):
     """The session is owned by another server now (a client resumed it there, or this
     server's ownership lease ran out): this process may no longer append to it. Nothing of
     the command was logged."""

@@ -18,6 +18,7 @@ from typing import Optional
 
 import attrs
 
+from duplex_es.errors import SessionError
 from duplex_es.domain import Code, Detach, OpenSession, Resume
 from duplex_es.domain import kind_of
 from duplex_es.domain.kinds import ENDED_BY
@@ -53,7 +54,7 @@ MIN_OWNER_TTL_MS, MAX_OWNER_TTL_MS = 300, 86_400_000
 DEFAULT_MODEL = DEFAULT_ENGINE
 
 
-class ModelNotServed(ValueError):
+class ModelNotServed(SessionError, ValueError):
     """A session was asked for a model name the server's model map does not serve."""
 
     def __init__(self, model: str, models: ModelMap) -> None:
@@ -61,7 +62,7 @@ class ModelNotServed(ValueError):
         super().__init__(f"model {model[:64]!r} is not served here; served: {models.describe() or 'none'}")
 
 
-class ResumeRefused(Exception):
+class ResumeRefused(SessionError):
     """A resume was refused: ``code`` is ``session_resume_conflict`` (the lease moved on or the
     token was rotated away), ``invalid_resume_token``, ``session_not_found`` or
     ``session_closed``; ``param`` the field to blame, if any."""

@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional, Protocol, runtime_checkable
 
 import attrs
 
+from duplex_es.errors import DuplexError
 from duplex_es.events import AudioSegment, Event, InputTranscript, Mark, TickIdentity, TickIssued, TickRequest, TokenUsage, TranscriptionRequested
 
 __all__ = [
@@ -88,7 +89,7 @@ class TranscriptionOutput:
     seconds: float
 
 
-class EngineError(Exception):
+class EngineError(DuplexError):
     """An engine step failed; the worker logs ``tick.failed`` with ``code`` and ``message``."""
 
     def __init__(self, code: str, message: str) -> None:
