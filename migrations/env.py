@@ -9,6 +9,7 @@ from alembic import context
 import sqlalchemy as sa
 
 from duplex_es.store.database import resolve_url
+from duplex_es.store.registry import backend_class
 from duplex_es.store.schema import metadata
 
 config = context.config
@@ -17,16 +18,20 @@ config = context.config
 def run() -> None:
     connection = config.attributes.get("connection")
     if connection is not None:
-        context.configure(connection=connection, target_metadata=metadata, render_as_batch=True)
-        with context.begin_transaction():
-            context.run_migrations()
+        _configure(connection)
         return
     url = resolve_url(config.get_main_option("sqlalchemy.url") or None)
     engine = sa.create_engine(url)
     with engine.connect() as conn:
-        context.configure(connection=conn, target_metadata=metadata, render_as_batch=True)
-        with context.begin_transaction():
-            context.run_migrations()
+        _configure(conn)
+
+
+def _configure(connection: sa.engine.Connection) -> None:
+    # The backend's Alembic options (SQLite: batch mode, since its ALTER TABLE is limited).
+    options = backend_class(connection.dialect.name).migration_options
+    context.configure(connection=connection, target_metadata=metadata, **options)
+    with context.begin_transaction():
+        context.run_migrations()
 
 
 run()

@@ -148,8 +148,8 @@ class DuplexSessions:
         self.server_id = server_id or default_server_id()
         self.log = EventLog(db)
         self.owners = SessionOwners(db, ttl_ms=owner_ttl_ms)
-        # SQLite commits on the event loop itself (see GroupCommitWriter's ``inline``).
-        self.writer = GroupCommitWriter(self.log, window_ms=group_commit_window_ms, inline=db.is_sqlite)
+        # The backend says whether commits run on the event loop itself (GroupCommitWriter's ``inline``).
+        self.writer = GroupCommitWriter(self.log, window_ms=group_commit_window_ms, inline=db.backend.group_commit_inline)
         self.snapshots = SnapshotStore(db)
         self.snapshot_every = snapshot_every
         self.idle_ttl_ms = idle_ttl_ms

@@ -1,18 +1,21 @@
 """The append path's statements (and the log follower's poll) as plain SQL for the driver
-(``sqlite3`` or psycopg 3).
+(``sqlite3``, psycopg 3, or whatever the backend's is).
 
 An append runs the same four or five fixed statements every time, and the profile of issue 6
 showed SQLAlchemy's execution machinery costing several times what sqlite3 spends on each of
 them (110 µs against 15 µs for the head lookup). So these few run on the driver connection
 under SQLAlchemy's pooled connection, inside the transaction :meth:`Database.write` opened;
 everything else — schema, reads, claims, snapshots — stays SQLAlchemy Core. The SQL is written
-with ``?`` placeholders and given to psycopg with ``%s``.
+with ``?`` placeholders; the backend (:mod:`duplex_es.store.backend`) turns them into its
+driver's and says how the owner rows are locked.
 """
 
 from __future__ import annotations
 
 import functools
 from typing import Any, Iterable, Sequence
+
+from duplex_es.store.backend import Backend
 
 __all__ = ["AppendSql"]
 
@@ -25,11 +28,9 @@ _EVENT_COLUMNS = "session_id, seq, type, version, data, recorded_at_us, prev_has
 class AppendSql:
     """The append statements for one backend, run on a driver connection ``raw``."""
 
-    def __init__(self, is_sqlite: bool) -> None:
-        self.is_sqlite = is_sqlite
-
-    def _sql(self, text: str) -> str:
-        return text if self.is_sqlite else text.replace("?", "%s")
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self._sql = backend.sql
 
     def _rows(self, raw: Any, text: str, params: Sequence[Any]) -> list[tuple]:
         return raw.execute(self._sql(text), tuple(params)).fetchall()
@@ -41,10 +42,10 @@ class AppendSql:
         return {r[0]: (r[1], r[2]) for r in rows}
 
     def owners(self, raw: Any, session_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
-        """``{session: (owner_id, generation)}``; on PostgreSQL share-locked to the commit, so
-        a concurrent move of the session waits for this append."""
+        """``{session: (owner_id, generation)}``, locked to the commit (the backend's
+        ``share_lock``), so a concurrent move of the session waits for this append."""
         marks = ", ".join("?" * len(session_ids))
-        lock = "" if self.is_sqlite else " FOR SHARE"
+        lock = self.backend.share_lock
         rows = self._rows(raw, f"SELECT session_id, owner_id, generation FROM session_owners WHERE session_id IN ({marks}){lock}", session_ids)
         return {r[0]: (r[1], r[2]) for r in rows}
 
@@ -81,11 +82,7 @@ class AppendSql:
     def insert_keys(self, raw: Any, rows: Iterable[tuple[str, str, int, int]]) -> None:
         """Record idempotency keys ``(session, key, first_seq, last_seq)``."""
         sql = self._sql("INSERT INTO idempotency (session_id, key, first_seq, last_seq) VALUES (?, ?, ?, ?)")
-        if self.is_sqlite:
-            raw.executemany(sql, list(rows))
-        else:
-            with raw.cursor() as cur:
-                cur.executemany(sql, list(rows))
+        self.backend.executemany(raw, sql, list(rows))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -1,29 +1,24 @@
-"""Connections to the log's database, SQLite (embedded default) or PostgreSQL.
+"""Connections to the log's database, and the transaction discipline every backend follows.
 
-Transactions are explicit on both backends so their locking is visible here and nowhere else:
-
-* SQLite runs in WAL mode; every write transaction starts with ``BEGIN IMMEDIATE`` so a writer
-  takes the write lock before it reads (a deferred transaction that reads first can fail with
-  ``SQLITE_BUSY`` at the upgrade without the busy handler running — see
-  ``reference/event-store-anchors.md`` §C.6). Writers inside one process also queue on a lock,
-  so only one connection per process ever waits on SQLite's.
-* PostgreSQL (psycopg 3) takes a transaction-level advisory lock before appending, which makes
-  commit order equal position order for the global log: a reader tailing by position never
-  skips an event that commits late (docs/architecture.md, I8).
+Transactions are explicit, opened with SQL the backend gives (:mod:`duplex_es.store.backend`), so
+their locking is visible in one place per backend (:mod:`duplex_es.store.sqlite`,
+:mod:`duplex_es.store.postgres`): an append's transaction serialises appenders so positions
+follow commit order (docs/architecture.md, I8); other writes use what locks the database has;
+reads see one snapshot.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
-import threading
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
-import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
+
+from duplex_es.store.backend import Backend, DatabaseNotFound, EngineOptions, driver_connection
+from duplex_es.store.postgres import APPEND_LOCK_KEY
+from duplex_es.store.registry import BACKENDS, backend_class, normalize_url
 
 __all__ = [
     "Database",
@@ -39,29 +34,12 @@ __all__ = [
 #: File name of the embedded default database, created in the working directory.
 DEFAULT_SQLITE_FILE = "duplex_es.db"
 
-#: The PostgreSQL advisory lock key that serializes appends (the ASCII of "dxes" as an int).
-APPEND_LOCK_KEY = 0x64786573
+# APPEND_LOCK_KEY is re-exported for duplex_es/bench/peer_raw.py, which takes the same lock in
+# its raw-driver peer; it belongs to the PostgreSQL backend (duplex_es/store/postgres.py).
 
-
-#: What the drivers raise for a statement run on :func:`driver_connection` (SQLAlchemy's own
-#: statements raise ``sqlalchemy.exc.DBAPIError`` instead).
-DRIVER_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, psycopg.Error)
-
-
-class DatabaseNotFound(FileNotFoundError):
-    """A SQLite database file (or its folder) that should exist does not."""
-
-
-def driver_connection(conn: Connection) -> Any:
-    """The driver's own connection (``sqlite3.Connection`` or ``psycopg.Connection``) under a
-    SQLAlchemy connection, for the few fixed statements of the append path."""
-    return conn.connection.dbapi_connection
-
-
-def _in_transaction(raw: Any) -> bool:
-    if isinstance(raw, sqlite3.Connection):
-        return raw.in_transaction
-    return raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+#: What the registered drivers raise for a statement run on :func:`driver_connection`
+#: (SQLAlchemy's own statements raise ``sqlalchemy.exc.DBAPIError`` instead).
+DRIVER_ERRORS: tuple[type[Exception], ...] = tuple(e for b in BACKENDS for e in b.driver_errors)
 
 
 def default_url() -> str:
@@ -72,17 +50,15 @@ def default_url() -> str:
 def resolve_url(url: str | None) -> str:
     """Normalize a user-given database URL.
 
-    ``None`` gives :func:`default_url`; a bare path (``./x.db``) becomes a SQLite URL;
-    ``postgresql://`` and ``postgres://`` select the psycopg 3 driver.
+    ``None`` gives :func:`default_url`; a bare path (``./x.db``) becomes a SQLite URL; a URL that
+    names no driver gets its backend's default (``postgresql://`` and ``postgres://`` select
+    psycopg 3).
     """
     if not url:
         return default_url()
     if "://" not in url:
         return f"sqlite:///{url}"
-    for prefix in ("postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
-    return url
+    return normalize_url(url)
 
 
 class Database:
@@ -97,8 +73,15 @@ class Database:
         create: a missing SQLite file may be created (its folder must exist); ``False`` for
             commands that only read.
 
+    Attributes:
+        url: the resolved URL (:func:`resolve_url`).
+        backend: the :class:`~duplex_es.store.backend.Backend` the URL selected; code that
+            needs a dialect-specific answer asks it.
+        engine: the SQLAlchemy engine, in autocommit mode (transactions are opened below).
+
     Raises:
-        ValueError: for a backend other than SQLite or PostgreSQL, or a malformed URL.
+        ValueError: for a backend that is not registered (:mod:`duplex_es.store.registry`), or
+            a malformed URL.
         DatabaseNotFound: the SQLite file (with ``create=False``) or its folder is missing.
     """
 
@@ -106,50 +89,18 @@ class Database:
         self, url: str | None = None, *, synchronous: str = "FULL", busy_timeout_ms: int = 30_000, create: bool = True
     ):
         self.url = resolve_url(url)
-        try:
-            backend = sa.engine.make_url(self.url).get_backend_name()
-        except sa.exc.ArgumentError as exc:
-            raise ValueError(f"not a database URL: {url!r}") from exc
-        if backend not in ("sqlite", "postgresql"):
-            raise ValueError(f"unsupported database backend {backend!r}: use sqlite or postgresql")
-        self.backend = backend
-        self._write_lock = threading.Lock()
-        if backend == "sqlite":
-            self._check_sqlite_path(create)
-            self.engine: Engine = sa.create_engine(
-                self.url,
-                isolation_level="AUTOCOMMIT",
-                connect_args={"timeout": busy_timeout_ms / 1000, "check_same_thread": False},
-            )
-            sync = synchronous
-
-            @sa.event.listens_for(self.engine, "connect")
-            def _pragmas(dbapi_conn, _record):  # noqa: ANN001
-                cur = dbapi_conn.cursor()
-                cur.execute("PRAGMA journal_mode=WAL")
-                cur.execute(f"PRAGMA synchronous={sync}")
-                cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-                cur.close()
-
-        else:
-            # No pre-ping: it costs a round trip per transaction; a connection found broken is
-            # invalidated when its transaction fails, and the caller's retry gets a fresh one.
-            self.engine = sa.create_engine(self.url, isolation_level="AUTOCOMMIT")
-
-    def _check_sqlite_path(self, create: bool) -> None:
-        name = sa.engine.make_url(self.url).database
-        if not name or name == ":memory:":
-            return
-        path = Path(name).expanduser()
-        if not create and not path.exists():
-            raise DatabaseNotFound(f"no database at {path} (pass --db, or set DUPLEX_ES_DATABASE_URL)")
-        if not path.parent.exists():
-            raise DatabaseNotFound(f"folder {path.parent} does not exist (for the database {path})")
+        self.backend: Backend = backend_class(self.url)()
+        options = EngineOptions(synchronous=synchronous, busy_timeout_ms=busy_timeout_ms, create=create)
+        self.engine: Engine = self.backend.create_engine(self.url, options)
 
     @property
     def is_sqlite(self) -> bool:
-        """True for the embedded SQLite backend."""
-        return self.backend == "sqlite"
+        """True for the embedded SQLite backend.
+
+        A compatibility property for callers written before :attr:`backend` existed (the
+        benchmark tooling); runtime code asks :attr:`backend` for the decision itself instead
+        of testing which database it is."""
+        return self.backend.name == "sqlite"
 
     def describe(self) -> str:
         """The URL with any password masked, for logs and CLI output."""
@@ -157,22 +108,18 @@ class Database:
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Connection]:
-        """A write transaction that appends in global order; commits on exit, rolls back on error."""
-        with self._write_lock if self.is_sqlite else contextlib.nullcontext():
-            # PostgreSQL: the lock rides in the same round trip as BEGIN (one simple query).
-            begin = "BEGIN IMMEDIATE" if self.is_sqlite else f"BEGIN; SELECT pg_advisory_xact_lock({APPEND_LOCK_KEY})"
-            with self._begin(begin) as conn:
+        """A write transaction that appends in global order (the backend's ``append_begin``);
+        commits on exit, rolls back on error."""
+        with self.backend.write_guard():
+            with self._begin(self.backend.append_begin) as conn:
                 yield conn
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Connection]:
-        """A write transaction that does not append events (tick claims): no global append lock
-        on PostgreSQL, where row locks (``FOR UPDATE SKIP LOCKED``) are enough."""
-        if self.is_sqlite:
-            with self.write() as conn:
-                yield conn
-        else:
-            with self._begin("BEGIN") as conn:
+        """A write transaction that does not append events (tick claims, ownership, snapshots):
+        the backend's ``write_begin``, without the global append lock where row locks suffice."""
+        with self.backend.write_guard():
+            with self._begin(self.backend.write_begin) as conn:
                 yield conn
 
     @contextlib.contextmanager
@@ -191,7 +138,7 @@ class Database:
                     conn.invalidate()
                 raise
             try:
-                if _in_transaction(raw):  # Alembic, run inside a write, may have committed already
+                if self.backend.in_transaction(raw):  # Alembic, run inside a write, may have committed already
                     raw.execute("COMMIT")
             except Exception:
                 conn.invalidate()
@@ -201,7 +148,7 @@ class Database:
     def read(self) -> Iterator[Connection]:
         """A read-only transaction: one consistent snapshot for everything read inside it."""
         with self.engine.connect() as conn:
-            conn.exec_driver_sql("BEGIN" if self.is_sqlite else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            conn.exec_driver_sql(self.backend.read_begin)
             try:
                 yield conn
             finally:

@@ -147,7 +147,7 @@ class EventLog:
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        self._sql = AppendSql(db.is_sqlite)
+        self._sql = AppendSql(db.backend)
 
     # ---------------------------------------------------------------------------------- writes
 

@@ -1,4 +1,5 @@
-"""Wake-ups for idle readers: PostgreSQL ``LISTEN/NOTIFY``, polling on SQLite.
+"""Wake-ups for idle readers: the backend's notifications where it has them (PostgreSQL
+``LISTEN/NOTIFY``), timed polls where it has none (SQLite).
 
 A notification is only a hint to re-read from the reader's own position, never the data and
 never a checkpoint (``reference/event-store-anchors.md`` §C.2): PostgreSQL does not store it, a
@@ -6,16 +7,19 @@ dropped listener connection misses it, and identical notifications in one transa
 folded. So every wait has a timeout and the caller re-reads after it whether or not a
 notification came; a broken listener connection only degrades wake-ups to that polling.
 
-The notifications themselves are sent by statement-level triggers on ``events`` and ``ticks``
-(migration 0003), delivered at commit, so a woken reader always finds the rows committed.
+A backend's notifications must be sent at commit (PostgreSQL: statement-level triggers on
+``events`` and ``ticks``, migration 0003), so a woken reader always finds the rows committed.
+How to listen is the backend's (:meth:`~duplex_es.store.backend.Backend.open_listener`); the
+timeouts, the reconnects and the fallback to polling are here, the same for every backend.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import sqlalchemy as sa
+from typing import Optional
 
+from duplex_es.store.backend import Listener
 from duplex_es.store.database import Database
 
 __all__ = ["Wakeup", "EVENTS_CHANNEL", "TICKS_CHANNEL"]
@@ -31,8 +35,9 @@ TICKS_CHANNEL = "duplex_es_ticks"
 class Wakeup:
     """Waits until ``channel`` is notified or a timeout passes.
 
-    On PostgreSQL one dedicated autocommit psycopg connection listens; on SQLite there is no
-    cross-process signal, so :meth:`wait` sleeps its timeout (the caller's poll interval).
+    Where the backend :attr:`~duplex_es.store.backend.Backend.listens`, one dedicated
+    connection listens (opened lazily, and again after a failure); where it does not (SQLite
+    has no cross-process signal), :meth:`wait` sleeps its timeout (the caller's poll interval).
 
     Args:
         db: the database.
@@ -42,21 +47,13 @@ class Wakeup:
     def __init__(self, db: Database, channel: str) -> None:
         self.db = db
         self.channel = channel
-        self._conn = None  # psycopg.Connection, opened lazily and again after a failure
+        self._conn: Optional[Listener] = None  # opened lazily, and again after a failure
         self._retry_at = 0.0
 
     @property
     def listens(self) -> bool:
-        """True when notifications can cut a wait short (PostgreSQL)."""
-        return not self.db.is_sqlite
-
-    def _connect(self):  # noqa: ANN202
-        import psycopg
-
-        url = sa.engine.make_url(self.db.url).set(drivername="postgresql")
-        conn = psycopg.connect(url.render_as_string(hide_password=False), autocommit=True)
-        conn.execute(f'LISTEN "{self.channel}"')
-        return conn
+        """True when notifications can cut a wait short (the backend has them)."""
+        return self.db.backend.listens
 
     def wait(self, timeout_s: float) -> bool:
         """Block until a notification arrives (``True``) or ``timeout_s`` seconds pass
@@ -70,20 +67,14 @@ class Wakeup:
                 time.sleep(timeout_s)
                 return False
             try:
-                self._conn = self._connect()
+                self._conn = self.db.backend.open_listener(self.db.url, self.channel)
             except Exception as exc:  # the database is down or restarting: poll meanwhile
                 log.warning("LISTEN %s failed (%s); polling until it works", self.channel, exc)
                 self._retry_at = time.monotonic() + 1.0
                 time.sleep(timeout_s)
                 return False
         try:
-            got = False
-            for _ in self._conn.notifies(timeout=timeout_s, stop_after=1):
-                got = True
-            if got:  # drain what else is queued, so the next wait does not return at once
-                for _ in self._conn.notifies(timeout=0):
-                    pass
-            return got
+            return self._conn.wait(timeout_s)
         except Exception as exc:
             log.warning("LISTEN %s connection lost (%s); reconnecting", self.channel, exc)
             self.close()

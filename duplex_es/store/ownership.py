@@ -7,7 +7,7 @@ of them at a time, recorded in ``session_owners``:
   a different holder (or by the same holder after a restart) raises the session's
   ``generation`` by one and returns a :class:`Fence` carrying it;
 * every append of a command passes its fence, and the log checks it in the append's own
-  transaction (``AppendSql.owners`` in ``duplex_es/store/appendsql.py``, share-locked on PostgreSQL), so a server that lost the session — a client
+  transaction (``AppendSql.owners`` in ``duplex_es/store/appendsql.py``, locked to its commit by the backend), so a server that lost the session — a client
   resumed it elsewhere, or its lease ran out while it was stalled — cannot write, whatever it
   still believes (the fencing token of Kleppmann, *Designing Data-Intensive Applications*
   ch. 8, "Fencing tokens");
@@ -26,7 +26,6 @@ from typing import Optional
 
 import attrs
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from duplex_es.store.database import Database
 from duplex_es.store.schema import session_owners as owners_t
@@ -110,24 +109,22 @@ class SessionOwners:
         """
         now = _now_us() if now_us is None else now_us
         until = now + self.ttl_ms * 1000
-        insert = (postgresql.insert if not self.db.is_sqlite else sqlite.insert)(owners_t)
+        backend = self.db.backend
         with self.db.transaction() as conn:
             if expected_generation not in (None, 0):
                 created = None
             else:
                 created = conn.execute(
-                    insert.values(session_id=session_id, owner_id=owner_id, generation=1, expires_at_us=until)
-                    .on_conflict_do_nothing(index_elements=["session_id"])
-                    .returning(owners_t.c.generation)
+                    backend.insert_or_nothing(
+                        owners_t, ["session_id"], session_id=session_id, owner_id=owner_id, generation=1, expires_at_us=until
+                    ).returning(owners_t.c.generation)
                 ).first()
             if created is not None:
                 return Fence(session_id, owner_id, 1)
             q = sa.select(owners_t.c.owner_id, owners_t.c.generation, owners_t.c.expires_at_us).where(
                 owners_t.c.session_id == session_id
             )
-            if not self.db.is_sqlite:
-                q = q.with_for_update()
-            row = conn.execute(q).first()
+            row = conn.execute(backend.lock_rows(q)).first()
             if row is None:  # released meanwhile (the session ended): nothing to take
                 raise SessionOwned(session_id, "", 0)
             if expected_generation is not None and row.generation != expected_generation:

@@ -23,7 +23,6 @@ import attrs
 import sqlalchemy as sa
 
 from duplex_es.events import Event, TickIssued, TranscriptionRequested, WorldTickIssued, decode
-from duplex_es.store.database import driver_connection
 from duplex_es.store.log import ANY_SEQ, EventLog, Recorded
 from duplex_es.store.schema import ticks as ticks_t
 
@@ -84,46 +83,9 @@ class TickQueue:
         now = _now_us() if now_us is None else now_us
         token = secrets.token_hex(16)
         until = now + ttl_ms * 1000
-        kinds = tuple(kinds)
-        marks = ", ".join("?" * len(kinds))
-        pick = f"""SELECT request_id FROM ticks
-                   WHERE (status = 'pending' OR (status = 'claimed' AND claimed_until_us < ?)) AND kind IN ({marks})
-                   ORDER BY position LIMIT 1"""
-        params = (token, worker_id, until, now, *kinds)
-        if self.db.is_sqlite:
-            # An idle worker polls often: look before taking SQLite's write lock. SQLite's
-            # RETURNING cannot name the FROM table, so the tick's event is a second statement.
-            with self.db.read() as conn:
-                if driver_connection(conn).execute(pick, (now, *kinds)).fetchone() is None:
-                    return None
-            with self.db.write() as conn:
-                raw = driver_connection(conn)
-                claimed = raw.execute(
-                    f"""UPDATE ticks SET status = 'claimed', claim_token = ?, claimed_by = ?, claimed_until_us = ?,
-                            attempts = attempts + 1
-                        WHERE request_id = ({pick})
-                        RETURNING request_id, session_id, seq, kind, attempts""",
-                    params,
-                ).fetchone()
-                row = None
-                if claimed is not None:
-                    ev = raw.execute(
-                        "SELECT type, version, data FROM events WHERE session_id = ? AND seq = ?", (claimed[1], claimed[2])
-                    ).fetchone()
-                    row = (*claimed, *ev)
-        else:
-            # One autocommit round trip picks, claims and reads the tick; the pick runs under
-            # FOR UPDATE SKIP LOCKED, so concurrent workers never wait on, or take, each
-            # other's tick (reference/event-store-anchors.md §C.1).
-            sql = f"""UPDATE ticks SET status = 'claimed', claim_token = %s, claimed_by = %s, claimed_until_us = %s,
-                          attempts = ticks.attempts + 1
-                      FROM events
-                      WHERE ticks.request_id = ({pick.replace("?", "%s")} FOR UPDATE SKIP LOCKED)
-                        AND events.session_id = ticks.session_id AND events.seq = ticks.seq
-                      RETURNING ticks.request_id, ticks.session_id, ticks.seq, ticks.kind, ticks.attempts,
-                                events.type, events.version, events.data"""
-            with self.db.engine.connect() as conn:
-                row = driver_connection(conn).execute(sql, params).fetchone()
+        # How a claim is taken atomically is the backend's (BEGIN IMMEDIATE + UPDATE … RETURNING
+        # on SQLite, FOR UPDATE SKIP LOCKED on PostgreSQL); which tick is next is the same for all.
+        row = self.db.backend.claim_tick(self.db, kinds=tuple(kinds), now_us=now, token=token, worker_id=worker_id, until_us=until)
         if row is None:
             return None
         request_id, session_id, seq, kind, attempts, type_, version, data = row
@@ -166,9 +128,7 @@ class TickQueue:
             q = sa.select(ticks_t.c.status, ticks_t.c.claim_token, ticks_t.c.claimed_until_us).where(
                 ticks_t.c.request_id == claim.request_id
             )
-            if not self.db.is_sqlite:
-                q = q.with_for_update()
-            row = conn.execute(q).one()
+            row = conn.execute(self.db.backend.lock_rows(q)).one()
             if row.status == "done":
                 prior = self.log.append_in(conn, claim.session_id, (), expected_seq=ANY_SEQ, idempotency_key=claim.request_id)
                 return CommitResult("already_committed", prior.records)

@@ -1,0 +1,120 @@
+"""The shared backend: PostgreSQL through psycopg 3, for many servers and workers (docs/scaling.md).
+
+* Appends take a transaction-level advisory lock (:data:`APPEND_LOCK_KEY`) before anything else,
+  which makes commit order equal position order for the global log: a reader tailing by
+  position never skips an event that commits late (docs/architecture.md, I8). Other writes
+  (claims, ownership, snapshots) use row locks only.
+* An append share-locks the ``session_owners`` rows it checks (``FOR SHARE``), so a concurrent
+  move of the session waits for it; a claim commit locks its ``ticks`` row (``FOR UPDATE``).
+* Workers claim with one autocommit ``UPDATE … FOR UPDATE SKIP LOCKED … RETURNING``: concurrent
+  workers never wait on, or take, each other's tick (``reference/event-store-anchors.md`` §C.1).
+* Wake-ups are ``LISTEN``/``NOTIFY``: statement-level triggers (migration 0003) notify at commit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.engine import Engine
+
+from duplex_es.store.backend import Backend, ClaimedRow, EngineOptions, Transactions, driver_connection, pick_tick_sql
+
+__all__ = ["APPEND_LOCK_KEY", "PostgresBackend", "PostgresListener"]
+
+#: The PostgreSQL advisory lock key that serializes appends (the ASCII of "dxes" as an int).
+APPEND_LOCK_KEY = 0x64786573
+
+#: URL prefixes without a driver, and what they become: the psycopg 3 driver.
+_DRIVERLESS = ("postgresql://", "postgres://")
+
+
+class PostgresBackend(Backend):
+    """PostgreSQL servers (``postgresql://``, ``postgres://`` or ``postgresql+psycopg://`` URLs)."""
+
+    name = "postgresql"
+    driver_errors = (psycopg.Error,)
+    # The lock rides in the same round trip as BEGIN (one simple query).
+    append_begin = f"BEGIN; SELECT pg_advisory_xact_lock({APPEND_LOCK_KEY})"
+    write_begin = "BEGIN"
+    read_begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+    share_lock = " FOR SHARE"
+    # A commit waits on the network and on the other servers' append lock: never on the loop.
+    group_commit_inline = False
+    listens = True
+
+    @classmethod
+    def normalize_url(cls, url: str) -> str:
+        for prefix in _DRIVERLESS:
+            if url.startswith(prefix):
+                return "postgresql+psycopg://" + url[len(prefix) :]
+        return url
+
+    def create_engine(self, url: str, options: EngineOptions) -> Engine:
+        """A plain autocommit engine: ``options`` concern embedded databases only.
+
+        No pre-ping: it costs a round trip per transaction; a connection found broken is
+        invalidated when its transaction fails, and the caller's retry gets a fresh one."""
+        return sa.create_engine(url, isolation_level="AUTOCOMMIT")
+
+    def in_transaction(self, raw: Any) -> bool:
+        return raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+
+    def sql(self, text: str) -> str:
+        return text.replace("?", "%s")
+
+    def executemany(self, raw: Any, sql: str, rows: Sequence[tuple]) -> None:
+        with raw.cursor() as cur:
+            cur.executemany(sql, rows)
+
+    def lock_rows(self, query: sa.Select) -> sa.Select:
+        return query.with_for_update()
+
+    def insert_or_nothing(self, table: sa.Table, index_elements: Sequence[str], **values: Any) -> Any:
+        return pg_dialect.insert(table).values(**values).on_conflict_do_nothing(index_elements=list(index_elements))
+
+    def claim_tick(
+        self, db: Transactions, *, kinds: Sequence[str], now_us: int, token: str, worker_id: str, until_us: int
+    ) -> Optional[ClaimedRow]:
+        """One autocommit round trip picks, claims and reads the tick; the pick runs under
+        ``FOR UPDATE SKIP LOCKED``, so concurrent workers never wait on, or take, each other's."""
+        pick = self.sql(pick_tick_sql(len(kinds)))
+        sql = f"""UPDATE ticks SET status = 'claimed', claim_token = %s, claimed_by = %s, claimed_until_us = %s,
+                      attempts = ticks.attempts + 1
+                  FROM events
+                  WHERE ticks.request_id = ({pick} FOR UPDATE SKIP LOCKED)
+                    AND events.session_id = ticks.session_id AND events.seq = ticks.seq
+                  RETURNING ticks.request_id, ticks.session_id, ticks.seq, ticks.kind, ticks.attempts,
+                            events.type, events.version, events.data"""
+        with db.engine.connect() as conn:
+            return driver_connection(conn).execute(sql, (token, worker_id, until_us, now_us, *kinds)).fetchone()
+
+    def open_listener(self, url: str, channel: str) -> "PostgresListener":
+        return PostgresListener(url, channel)
+
+
+class PostgresListener:
+    """``LISTEN channel`` on a dedicated autocommit psycopg connection (a :class:`Listener`).
+
+    Raises:
+        psycopg.Error: the server cannot be reached (from the constructor).
+    """
+
+    def __init__(self, url: str, channel: str) -> None:
+        libpq = sa.engine.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        self._conn = psycopg.connect(libpq, autocommit=True)
+        self._conn.execute(f'LISTEN "{channel}"')
+
+    def wait(self, timeout_s: float) -> bool:
+        got = False
+        for _ in self._conn.notifies(timeout=timeout_s, stop_after=1):
+            got = True
+        if got:  # drain what else is queued, so the next wait does not return at once
+            for _ in self._conn.notifies(timeout=0):
+                pass
+        return got
+
+    def close(self) -> None:
+        self._conn.close()
