@@ -1,5 +1,6 @@
-"""Issue 6: many servers and workers on one database — session ownership with a fencing
-generation, tick claims under SKIP LOCKED, NOTIFY wake-ups, and group commit."""
+"""Issue 6: many servers and workers on one database — sessions moving between servers under
+ownership fences, and group commit. What each backend must guarantee on its own (ownership
+fences, claims, wake-ups) is in the conformance suite (store_conformance.py)."""
 
 from __future__ import annotations
 
@@ -12,21 +13,16 @@ import pytest
 import sqlalchemy as sa
 
 from duplex_es.domain import AppendText
-from duplex_es.events import SessionConfig, SessionOpened, TextAppended, TickIssued
+from duplex_es.events import SessionConfig, SessionOpened, TextAppended
 from duplex_es.server.host import SessionMoved
 from duplex_es.server.sessions import DuplexSessions
 from duplex_es.store.database import DRIVER_ERRORS
 from duplex_es.store import (
-    ClaimLost,
     Database,
     EventLog,
     GroupCommitWriter,
     OwnershipLost,
-    SessionOwned,
     SessionOwners,
-    TICKS_CHANNEL,
-    TickQueue,
-    Wakeup,
     WrongExpectedSeq,
     upgrade,
 )
@@ -39,48 +35,7 @@ def _open(log: EventLog, sid: str) -> None:
     log.append(sid, [SessionOpened(session_id=sid, config=SessionConfig(model="m"))], expected_seq=0)
 
 
-# ------------------------------------------------------------------------------- ownership
-
-
-def test_a_taken_over_session_refuses_the_former_owners_append(log: EventLog):
-    owners = SessionOwners(log.db)
-    _open(log, "s1")
-    a = owners.acquire("s1", "server-a")
-    log.append("s1", [TextAppended(text="from a")], expected_seq=1, fence=a)
-    with pytest.raises(SessionOwned):
-        owners.acquire("s1", "server-b")  # a is alive: only a resume may take the session
-    b = owners.acquire("s1", "server-b", take_over=True)
-    assert (a.generation, b.generation) == (1, 2)
-    with pytest.raises(OwnershipLost) as lost:
-        log.append("s1", [TextAppended(text="late from a")], expected_seq=2, fence=a)
-    assert (lost.value.owner_id, lost.value.generation) == ("server-b", b.generation)
-    assert log.head("s1") == 2  # nothing of the refused append was written
-    log.append("s1", [TextAppended(text="from b")], expected_seq=2, fence=b)
-    assert [r.event.text for r in log.read_session("s1")[1:]] == ["from a", "from b"]
-
-
-def test_an_owner_that_stops_renewing_leaves_an_orphan_another_server_takes(log: EventLog):
-    owners = SessionOwners(log.db, ttl_ms=1000)
-    now = 1_000_000_000
-    a = owners.acquire("s1", "server-a", now_us=now)
-    owners.acquire("s2", "server-a", now_us=now)
-    assert owners.renew("server-a", now_us=now + 500_000) == 2
-    assert owners.orphans(now_us=now + 1_000_000) == []  # renewed until now + 1.5 s
-    assert sorted(owners.orphans(now_us=now + 1_600_000)) == ["s1", "s2"]
-    b = owners.acquire("s1", "server-b", now_us=now + 1_600_000)  # expired: no takeover needed
-    assert owners.orphans(now_us=now + 1_600_000) == ["s2"]
-    assert not owners.release(a) and owners.release(b)
-    assert owners.current("s1") is None
-
-
-def test_a_restarted_server_with_the_same_id_fences_out_its_former_self(log: EventLog):
-    owners = SessionOwners(log.db)
-    _open(log, "s1")
-    before = owners.acquire("s1", "host:8000")
-    after = owners.acquire("s1", "host:8000")
-    assert after.generation == before.generation + 1
-    with pytest.raises(OwnershipLost):
-        log.append("s1", [TextAppended(text="zombie")], expected_seq=1, fence=before)
+# ------------------------------------------------------------------- sessions moving between servers
 
 
 def test_a_session_resumed_on_another_server_moves_there_and_the_old_one_can_write_nothing(db: Database):
@@ -150,80 +105,6 @@ def test_a_dead_servers_sessions_are_taken_up_by_a_live_one(db: Database):
         await b.stop()
 
     asyncio.run(run())
-
-
-# -------------------------------------------------------------------------- tick claims
-
-
-def _issue_ticks(log: EventLog, sid: str, n: int) -> list[str]:
-    _open(log, sid)
-    ids = [f"req_{sid}_{i}" for i in range(n)]
-    for i, rid in enumerate(ids):
-        tick = TickIssued(request_id=rid, response_id="resp_1", epoch=0, chunk_index=i)
-        log.append(sid, [tick], expected_seq=1 + i)
-    return ids
-
-
-def test_concurrent_workers_never_claim_a_tick_another_holds(log: EventLog):
-    ids = _issue_ticks(log, "s1", 60)
-    queue = TickQueue(log)
-    held: dict[str, str] = {}
-    doubles: list[str] = []
-    lock = threading.Lock()
-
-    def work(name: str) -> None:
-        while True:
-            claim = queue.claim(name, ttl_ms=60_000)
-            if claim is None:
-                return
-            with lock:
-                if claim.request_id in held:
-                    doubles.append(claim.request_id)
-                held[claim.request_id] = name
-
-    threads = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert doubles == [] and sorted(held) == sorted(ids)
-
-
-def test_an_expired_claim_is_taken_over_and_the_old_holders_commit_refused(log: EventLog):
-    [rid] = _issue_ticks(log, "s1", 1)
-    queue = TickQueue(log)
-    now = time.time_ns() // 1000
-    old = queue.claim("slow", ttl_ms=100, now_us=now)
-    assert old is not None and queue.claim("other", ttl_ms=100, now_us=now + 50_000) is None
-    new = queue.claim("other", ttl_ms=60_000, now_us=now + 200_000)
-    assert new is not None and new.request_id == rid and new.token != old.token
-    with pytest.raises(ClaimLost):
-        queue.commit(old, [TextAppended(text="stale output")])
-    assert queue.commit(new, [TextAppended(text="output")]).status == "committed"
-    assert [r.event.text for r in log.read_session("s1") if isinstance(r.event, TextAppended)] == ["output"]
-
-
-def test_an_idle_worker_is_woken_by_notify_on_postgresql(pg_schema_url: str):
-    db = Database(pg_schema_url)
-    upgrade(db)
-    wakeup = Wakeup(db, TICKS_CHANNEL)
-    assert wakeup.wait(0.01) is False  # connects and listens; nothing yet
-    log = EventLog(db)
-    woke: list[float] = []
-
-    def wait() -> None:
-        t0 = time.monotonic()
-        if wakeup.wait(20.0):
-            woke.append(time.monotonic() - t0)
-
-    waiter = threading.Thread(target=wait)
-    waiter.start()
-    time.sleep(0.2)
-    _issue_ticks(log, "s1", 1)
-    waiter.join(25)
-    wakeup.close()
-    db.dispose()
-    assert woke and woke[0] < 10.0  # woken by the tick's commit, not by the 20 s timeout
 
 
 # ----------------------------------------------------------------------------- group commit
@@ -356,7 +237,7 @@ def test_a_tailing_reader_skips_nothing_while_several_group_commit_writers_appen
     """Under load: three writers (as three servers would have), three sessions each, for two
     seconds, while a reader tails the global log by position: it is delivered every event once,
     in position order, although batches of different writers commit interleaved."""
-    from test_log_concurrency import Tailer, all_rows
+    from store_conformance import Tailer, all_rows
 
     writers = [GroupCommitWriter(log) for _ in range(3)]
     stop = time.monotonic() + 2.0
@@ -376,15 +257,9 @@ def test_a_tailing_reader_skips_nothing_while_several_group_commit_writers_appen
     reader = Tailer(log)
     for t in threads:
         t.start()
-    while any(t.is_alive() for t in threads):
-        if not reader.poll():
-            time.sleep(0.002)  # as a follower polls; spinning would starve the writers of the GIL
-    for t in threads:
-        t.join()
+    reader.follow(threads)
     for w in writers:
         w.close()
-    while reader.poll():
-        pass
     assert not errors
     assert reader.seen == all_rows(log) and len(reader.seen) > 50
 

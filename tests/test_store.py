@@ -1,263 +1,143 @@
-"""The log on real SQLite files and a real PostgreSQL server: appends, conflicts, idempotency,
-the hash chain, immutability triggers, the global tail and the tick queue."""
+"""The storage backends: each registered backend runs the conformance suite
+(``store_conformance.py``) on a real database — a SQLite file, a PostgreSQL schema — plus the
+guarantees only its own database can be asked for; and the registry picks a backend from a URL."""
 
 from __future__ import annotations
 
+import multiprocessing
+import sqlite3
 import threading
+import time
+from pathlib import Path
+from typing import Iterator
 
 import pytest
-import sqlalchemy as sa
-from alembic.autogenerate import compare_metadata
-from alembic.runtime.migration import MigrationContext
 
-from duplex_es.audit import audit_session
-from duplex_es.events import (
-    EpochAdvanced,
-    SessionConfig,
-    SessionOpened,
-    TextAppended,
-    TickIssued,
-    TickOutput,
-)
-from duplex_es.store import ANY_SEQ, ClaimLost, Database, EventLog, TickQueue, WrongExpectedSeq
-from duplex_es.store.schema import metadata
+from duplex_es.events import TextAppended
+from duplex_es.store import Database, DatabaseNotFound, EventLog, WrongExpectedSeq, resolve_url, upgrade
+from duplex_es.store.postgres import PostgresBackend
+from duplex_es.store.registry import BACKENDS
+from duplex_es.store.sqlite import SqliteBackend
+
+from conftest import pg_schema
+from store_conformance import StoreConformance, opened
 
 
-def opened(sid: str) -> SessionOpened:
-    return SessionOpened(session_id=sid, config=SessionConfig(model="m"))
+class TestSQLiteFile(StoreConformance):
+    """The embedded backend, on a SQLite file in a fresh folder."""
+
+    backend = SqliteBackend
+    drop_guard = ("DROP TRIGGER events_refuse_update", "DROP TRIGGER events_refuse_delete")
+
+    @pytest.fixture
+    def url(self, tmp_path: Path) -> Iterator[str]:
+        yield f"sqlite:///{tmp_path / 'log.db'}"
+
+    def test_two_processes_of_read_check_append_cycles_on_one_sqlite_file(self, tmp_path: Path):
+        """Case 13: no ``database is locked`` escapes and the seqs stay contiguous."""
+        url = f"sqlite:///{tmp_path / 'two.db'}"
+        db = Database(url)
+        upgrade(db)
+        EventLog(db).append("shared", [opened("shared")], expected_seq=0)
+        ctx = multiprocessing.get_context("spawn")
+        out = ctx.Queue()
+        procs = [ctx.Process(target=_cycles, args=(url, "shared", 2000, out), name=f"p{i}") for i in range(2)]
+        for p in procs:
+            p.start()
+        results = [out.get(timeout=300) for _ in procs]
+        for p in procs:
+            p.join(60)
+        assert results == [[], []]
+        seqs = [r.seq for r in EventLog(db).read_session("shared")]
+        assert seqs == list(range(1, 4002))
+        db.dispose()
+
+    def test_an_external_exclusive_lock_delays_an_append_but_loses_nothing(self, tmp_path: Path):
+        """Case 15: another program holds ``BEGIN EXCLUSIVE`` on the SQLite file for 2 s; an append
+        made meanwhile waits (busy timeout) and then succeeds; nothing is discarded."""
+        path = tmp_path / "locked.db"
+        db = Database(f"sqlite:///{path}")
+        upgrade(db)
+        log = EventLog(db)
+        log.append("x", [opened("x")], expected_seq=0)
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN EXCLUSIVE")
+        released = threading.Timer(2.0, lambda: other.execute("COMMIT"))
+        released.start()
+        started = time.monotonic()
+        result = log.append("x", [_said("during the lock")], expected_seq=1)
+        waited = time.monotonic() - started
+        released.join()
+        other.close()
+        assert result.records[0].seq == 2 and waited >= 1.5
+        assert [getattr(r.event, "text", None) for r in log.read_session("x")] == [None, "during the lock"]
+        db.dispose()
 
 
-def text(i: int) -> TextAppended:
-    return TextAppended(client_event_id=f"e{i}", text=f"t{i}")
+class TestPostgreSQL(StoreConformance):
+    """The shared backend, on a fresh schema of the local PostgreSQL server."""
+
+    backend = PostgresBackend
+    extra_refused = ("TRUNCATE events",)
+    drop_guard = ("ALTER TABLE events DISABLE TRIGGER USER",)
+
+    @pytest.fixture
+    def url(self) -> Iterator[str]:
+        with pg_schema() as url:
+            yield url
 
 
-def test_batch_append_is_gapless_and_positions_follow_commits(log: EventLog):
-    r1 = log.append("s1", [opened("s1"), text(1), text(2)], expected_seq=0)
-    r2 = log.append("s2", [opened("s2")], expected_seq=0)
-    r3 = log.append("s1", [text(3)], expected_seq=3)
-    assert [r.seq for r in r1.records] == [1, 2, 3] and r3.records[0].seq == 4
-    assert [r.seq for r in log.read_session("s1")] == [1, 2, 3, 4]
-    tail = log.tail()
-    assert [(r.session_id, r.seq) for r in tail] == [("s1", 1), ("s1", 2), ("s1", 3), ("s2", 1), ("s1", 4)]
-    positions = [r.position for r in tail]
-    assert positions == sorted(positions)
-    assert [r.event for r in log.tail(after_position=positions[2])] == [opened("s2"), text(3)]
-    assert log.head("s1") == 4 and log.head("nope") == 0
-    assert log.session_ids() == ["s1", "s2"]
+def _said(tag: str) -> TextAppended:
+    return TextAppended(client_event_id=tag, text=tag)
 
 
-def test_wrong_expected_seq_writes_nothing(log: EventLog):
-    log.append("s", [opened("s")], expected_seq=0)
-    with pytest.raises(WrongExpectedSeq) as err:
-        log.append("s", [text(1), text(2)], expected_seq=0)
-    assert (err.value.expected, err.value.actual) == (0, 1)
-    assert log.head("s") == 1
-    with pytest.raises(WrongExpectedSeq):
-        log.append("new", [opened("new")], expected_seq=5)
-    assert log.head("new") == 0
-
-
-def test_idempotency_key_returns_the_first_batch_and_writes_nothing(log: EventLog):
-    log.append("s", [opened("s")], expected_seq=0)
-    first = log.append("s", [text(1), text(2)], expected_seq=1, idempotency_key="evt-1")
-    again = log.append("s", [text(9)], expected_seq=1, idempotency_key="evt-1")
-    assert not first.duplicate and again.duplicate
-    assert [r.seq for r in again.records] == [2, 3] and again.records == first.records
-    assert log.head("s") == 3
-    # Keys are per session: the same client event id in another session is a new command.
-    other = log.append("t", [opened("t")], expected_seq=0, idempotency_key="evt-1")
-    assert not other.duplicate
-
-
-def test_concurrent_appends_to_one_session_never_claim_a_seq_they_did_not_write(log: EventLog):
-    log.append("s", [opened("s")], expected_seq=0)
-    wins: list[int] = []
-    conflicts = 0
-    lock = threading.Lock()
-
-    def writer(i: int) -> None:
-        nonlocal conflicts
-        for attempt in range(2000):
-            head = log.head("s")
-            try:
-                r = log.append("s", [text(i)], expected_seq=head)
-            except WrongExpectedSeq:
-                with lock:
-                    conflicts += 1
-                continue
-            with lock:
-                wins.append(r.records[0].seq)
-            return
-
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(50)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    stored = log.read_session("s")
-    assert len(wins) == 50 and sorted(wins) == list(range(2, 52))
-    assert [r.seq for r in stored] == list(range(1, 52))
-    # Each writer's reported seq holds its own event.
-    by_seq = {r.seq: r.event for r in stored}
-    assert sorted(by_seq[s].text for s in wins) == sorted(f"t{i}" for i in range(50))
-
-
-def test_two_writers_racing_on_a_new_session_one_wins(log: EventLog):
-    results: list[str] = []
-    barrier = threading.Barrier(2)
-
-    def create(tag: str) -> None:
-        barrier.wait()
+def _cycles(url: str, sid: str, n: int, out: "multiprocessing.Queue") -> None:
+    db = Database(url)
+    log = EventLog(db)
+    errors, done = [], 0
+    while done < n:
         try:
-            log.append("race", [SessionOpened(session_id="race", config=SessionConfig(model=tag))], expected_seq=0)
-            results.append("ok")
+            head = log.head(sid)  # read, check, append: the pattern that breaks with a deferred BEGIN
+            log.append(sid, [_said(f"{multiprocessing.current_process().name}-{done}")], expected_seq=head)
+            done += 1
         except WrongExpectedSeq:
-            results.append("conflict")
-        except sa.exc.IntegrityError:
-            results.append("conflict")
-
-    threads = [threading.Thread(target=create, args=(t,)) for t in ("a", "b")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(results) == ["conflict", "ok"]
-    assert log.head("race") == 1
+            continue
+        except Exception as exc:
+            errors.append(repr(exc))
+            break
+    out.put(errors)
+    db.dispose()
 
 
-def test_the_database_refuses_to_update_delete_or_truncate_events(log: EventLog):
-    log.append("s", [opened("s"), text(1)], expected_seq=0)
-    statements = ["UPDATE events SET data = '{}' WHERE seq = 2", "DELETE FROM events WHERE seq = 2", "DELETE FROM events"]
-    if not log.db.is_sqlite:
-        statements.append("TRUNCATE events")
-    for stmt in statements:
-        with pytest.raises(sa.exc.DBAPIError) as err:
-            with log.db.write() as conn:
-                conn.exec_driver_sql(stmt)
-        assert "immutable" in str(err.value)
-    assert [r.seq for r in log.read_session("s")] == [1, 2]
+# ------------------------------------------------------------------------------- the registry
 
 
-def _without_triggers(db: Database, stmt: str) -> None:
-    """What an attacker with DDL rights could do: drop the guard and edit the table."""
-    with db.write() as conn:
-        if db.is_sqlite:
-            conn.exec_driver_sql("DROP TRIGGER events_refuse_update")
-            conn.exec_driver_sql("DROP TRIGGER events_refuse_delete")
-        else:
-            conn.exec_driver_sql("ALTER TABLE events DISABLE TRIGGER USER")
-        conn.exec_driver_sql(stmt)
+def test_every_registered_backend_runs_the_conformance_suite():
+    """Registering a backend without running the suite on it is a mistake this catches."""
+    assert {c.backend for c in StoreConformance.__subclasses__()} == set(BACKENDS)
 
 
 @pytest.mark.parametrize(
-    "tamper,expect",
+    "given,resolved",
     [
-        ("UPDATE events SET data = replace(data, 't2', 'tX') WHERE seq = 3", "edited"),
-        ("DELETE FROM events WHERE seq = 2", "gap"),
-        ("UPDATE events SET seq = seq + 100 WHERE seq = 2", "gap"),
+        ("./x.db", "sqlite:///./x.db"),
+        ("sqlite:///x.db", "sqlite:///x.db"),
+        ("postgresql://u@h/db", "postgresql+psycopg://u@h/db"),
+        ("postgres://u@h/db", "postgresql+psycopg://u@h/db"),
+        ("postgresql+psycopg://u@h/db", "postgresql+psycopg://u@h/db"),
     ],
-    ids=["edit", "delete", "reorder"],
 )
-def test_audit_detects_edits_deletions_and_reordering(log: EventLog, tamper: str, expect: str):
-    log.append("s", [opened("s"), text(1), text(2), text(3)], expected_seq=0)
-    assert audit_session(log, "s").ok
-    _without_triggers(log.db, tamper)
-    report = audit_session(log, "s")
-    assert not report.ok
-    assert any(v.check == "chain" for v in report.violations)
-    assert any(expect in v.message for v in report.violations)
+def test_a_url_selects_its_backend_and_its_default_driver(given: str, resolved: str):
+    assert resolve_url(given) == resolved
 
 
-def test_schema_comes_from_the_migration_and_matches_the_query_tables(db: Database):
-    with db.engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn), metadata)
-    assert diff == []
-
-
-def _tick(request_id: str, chunk: int = 0, epoch: int = 0) -> TickIssued:
-    return TickIssued(request_id=request_id, response_id="resp", epoch=epoch, chunk_index=chunk)
-
-
-def _output(request_id: str, chunk: int = 0) -> TickOutput:
-    return TickOutput(session_id="s", request_id=request_id, response_id="resp", epoch=0, chunk_index=chunk)
-
-
-def test_a_tick_is_claimable_only_after_its_event_commits_and_only_once(log: EventLog):
-    q = TickQueue(log)
-    assert q.claim("w", ttl_ms=1000) is None
-    log.append("s", [opened("s"), _tick("r0")], expected_seq=0)
-    c = q.claim("w1", ttl_ms=60_000)
-    assert c is not None and c.request_id == "r0" and c.tick == _tick("r0") and c.attempts == 1
-    assert q.claim("w2", ttl_ms=60_000) is None  # held
-    res = q.commit(c, [_output("r0")])
-    assert res.status == "committed" and res.records[0].seq == 3
-    assert q.status("r0")["status"] == "done"
-    # A redelivered, already-committed tick is only acknowledged.
-    again = q.commit(c, [_output("r0")])
-    assert again.status == "already_committed" and again.records == res.records
-    assert log.head("s") == 3
-
-
-def test_an_expired_claim_is_taken_over_and_the_old_worker_cannot_commit(log: EventLog):
-    q = TickQueue(log)
-    log.append("s", [opened("s"), _tick("r0")], expected_seq=0)
-    t0 = 1_000_000_000_000
-    old = q.claim("w1", ttl_ms=1000, now_us=t0)
-    assert q.claim("w2", ttl_ms=1000, now_us=t0 + 500_000) is None
-    new = q.claim("w2", ttl_ms=1000, now_us=t0 + 1_500_000)
-    assert new is not None and new.token != old.token and new.attempts == 2
-    with pytest.raises(ClaimLost):
-        q.commit(old, [_output("r0")], now_us=t0 + 1_600_000)
-    with pytest.raises(ClaimLost):
-        q.extend(old, ttl_ms=1000, now_us=t0 + 1_600_000)
-    assert q.commit(new, [_output("r0")], now_us=t0 + 1_700_000).status == "committed"
-    assert [r.event.TYPE for r in log.read_session("s")] == ["session.opened", "tick.issued", "tick.output"]
-
-
-def test_an_expired_claim_cannot_commit_even_before_anyone_reclaims(log: EventLog):
-    q = TickQueue(log)
-    log.append("s", [opened("s"), _tick("r0")], expected_seq=0)
-    t0 = 2_000_000_000_000
-    c = q.claim("w1", ttl_ms=1000, now_us=t0)
-    extended = q.extend(c, ttl_ms=1000, now_us=t0 + 900_000)
-    assert extended.claimed_until_us == t0 + 1_900_000
-    with pytest.raises(ClaimLost):
-        q.commit(extended, [_output("r0")], now_us=t0 + 2_000_000)
-    assert log.head("s") == 2
-
-
-def test_cancelled_ticks_are_not_handed_out_but_a_running_one_still_logs_its_output(log: EventLog):
-    q = TickQueue(log)
-    log.append("s", [opened("s"), _tick("r0"), _tick("r1", chunk=1)], expected_seq=0)
-    running = q.claim("w1", ttl_ms=60_000)
-    assert running.request_id == "r0"
-    log.append("s", [EpochAdvanced(epoch=1, reason="client_cancelled", cancelled_request_ids=("r0", "r1"))], expected_seq=ANY_SEQ)
-    assert q.claim("w2", ttl_ms=60_000) is None
-    assert q.count("cancelled") == 2
-    # The output is logged (the reducer marks it discarded: docs/architecture.md, I7).
-    assert q.commit(running, [_output("r0")]).status == "committed"
-    assert log.read_session("s")[-1].event.TYPE == "tick.output"
-
-
-def test_concurrent_workers_claim_each_tick_once(log: EventLog):
-    q = TickQueue(log)
-    log.append("s", [opened("s")] + [_tick(f"r{i}", chunk=i) for i in range(30)], expected_seq=0)
-    claimed: list[str] = []
-    lock = threading.Lock()
-
-    def work(name: str) -> None:
-        while True:
-            c = q.claim(name, ttl_ms=60_000)
-            if c is None:
-                return
-            q.commit(c, [_output(c.request_id, c.tick.chunk_index)])
-            with lock:
-                claimed.append(c.request_id)
-
-    threads = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(claimed) == sorted(f"r{i}" for i in range(30))
-    assert q.count("done") == 30
+def test_the_backend_comes_from_the_url(tmp_path: Path):
+    db = Database(f"sqlite:///{tmp_path / 'a.db'}")
+    assert isinstance(db.backend, SqliteBackend) and db.is_sqlite
+    db.dispose()
+    with pytest.raises(ValueError, match="unsupported database backend 'mysql'"):
+        Database("mysql://u@h/db")
+    with pytest.raises(ValueError, match="not a database URL"):
+        Database("bad url://x")
+    with pytest.raises(DatabaseNotFound):
+        Database(f"sqlite:///{tmp_path / 'missing.db'}", create=False)

@@ -1,0 +1,767 @@
+"""The storage backend conformance suite: what every backend must guarantee, as tests.
+
+:class:`StoreConformance` holds the tests; each backend runs all of them by subclassing it once
+(``tests/test_store.py``: ``TestSQLiteFile``, ``TestPostgreSQL``) and giving
+
+* :attr:`StoreConformance.backend`: the backend class under test;
+* a ``url`` fixture: a URL of a fresh, empty database on that backend (dropped afterwards);
+* :attr:`StoreConformance.extra_refused` and :attr:`StoreConformance.drop_guard`: the
+  backend's own SQL for the immutability checks.
+
+Adding a backend (docs/architecture.md, "Storage backends") means implementing
+``duplex_es.store.backend.Backend``, registering it, and adding such a subclass that passes.
+Each test's docstring states the guarantee; the log's invariants it checks are named as in
+docs/architecture.md (I4, I6, I8, I9).
+
+Several of these tests used to live in ``test_store.py``, ``test_log_concurrency.py`` and
+``test_scale.py`` and ran on SQLite and PostgreSQL through the ``db``/``log`` fixtures of
+``conftest.py``; they moved here unchanged but for the backend hooks.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Iterator
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from duplex_es.audit import audit_session
+from duplex_es.events import (
+    EpochAdvanced,
+    SessionConfig,
+    SessionOpened,
+    TextAppended,
+    TickIssued,
+    TickOutput,
+    TranscriptionRequested,
+)
+from duplex_es.store import (
+    ANY_SEQ,
+    EVENTS_CHANNEL,
+    Claim,
+    TICKS_CHANNEL,
+    ClaimLost,
+    Database,
+    EventLog,
+    OwnershipLost,
+    SessionOwned,
+    SessionOwners,
+    SnapshotStore,
+    TickQueue,
+    Wakeup,
+    WrongExpectedSeq,
+    upgrade,
+)
+from duplex_es.store.backend import Backend
+from duplex_es.store.migrate import head_revision
+from duplex_es.store.schema import events as events_t
+from duplex_es.store.schema import metadata
+
+__all__ = ["StoreConformance", "Tailer", "all_rows", "run_threads"]
+
+
+def opened(sid: str) -> SessionOpened:
+    return SessionOpened(session_id=sid, config=SessionConfig(model="m"))
+
+
+def text(i: int) -> TextAppended:
+    return TextAppended(client_event_id=f"e{i}", text=f"t{i}")
+
+
+def said(tag: str) -> TextAppended:
+    return TextAppended(client_event_id=tag, text=tag)
+
+
+def _tick(request_id: str, chunk: int = 0, epoch: int = 0) -> TickIssued:
+    return TickIssued(request_id=request_id, response_id="resp", epoch=epoch, chunk_index=chunk)
+
+
+def _output(request_id: str, chunk: int = 0) -> TickOutput:
+    return TickOutput(session_id="s", request_id=request_id, response_id="resp", epoch=0, chunk_index=chunk)
+
+
+def _issue_ticks(log: EventLog, sid: str, n: int) -> list[str]:
+    log.append(sid, [opened(sid)], expected_seq=0)
+    ids = [f"req_{sid}_{i}" for i in range(n)]
+    for i, rid in enumerate(ids):
+        tick = TickIssued(request_id=rid, response_id="resp_1", epoch=0, chunk_index=i)
+        log.append(sid, [tick], expected_seq=1 + i)
+    return ids
+
+
+def _claim_until_none(queue: TickQueue, on_claim: Callable[[str, Claim], None], workers: int = 4) -> None:
+    """``workers`` threads each claim until nothing is claimable, calling ``on_claim(worker, claim)``."""
+
+    def work(name: str) -> None:
+        while (claim := queue.claim(name, ttl_ms=60_000)) is not None:
+            on_claim(name, claim)
+
+    run_threads(work, [(f"w{i}",) for i in range(workers)])
+
+
+class Tailer:
+    """A global reader as the server's follower is one: it remembers the last position it was
+    given (its checkpoint) and asks for what is after it."""
+
+    def __init__(self, log: EventLog) -> None:
+        self.log = log
+        self.checkpoint = 0
+        self.seen: list[tuple[int, str]] = []  # (position, text) in delivery order
+
+    def poll(self) -> int:
+        rows = self.log.tail(self.checkpoint, limit=500)
+        for r in rows:
+            assert r.position > self.checkpoint, "delivered out of order"
+            self.checkpoint = r.position
+            self.seen.append((r.position, getattr(r.event, "text", r.event.TYPE)))
+        return len(rows)
+
+    def follow(self, threads: list[threading.Thread]) -> list[int]:
+        """Poll while any of ``threads`` runs, join them, then read to the end of the log.
+        Returns the checkpoint after each poll made while they ran."""
+        checkpoints = []
+        while any(t.is_alive() for t in threads):
+            if not self.poll():
+                time.sleep(0.002)  # as a follower polls; spinning would starve the writers of the GIL
+            checkpoints.append(self.checkpoint)
+        for t in threads:
+            t.join()
+        while self.poll():
+            pass
+        return checkpoints
+
+
+def run_threads(target: Callable[..., None], args: list[tuple]) -> None:
+    """Run ``target(*a)`` for each ``a`` in ``args`` in threads started together; wait for all."""
+    threads = [threading.Thread(target=target, args=a) for a in args]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def all_rows(log: EventLog) -> list[tuple[int, str]]:
+    """Every event of the log as ``(position, text or type)``, in position order."""
+    out, after = [], 0
+    while page := log.tail(after, limit=1000):
+        out += [(r.position, getattr(r.event, "text", r.event.TYPE)) for r in page]
+        after = page[-1].position
+    return out
+
+
+class StoreConformance:
+    """The tests every storage backend passes. Subclass once per backend (see the module)."""
+
+    #: The backend class under test; the ``url`` fixture's URLs must select it.
+    backend: type[Backend]
+    #: Statements on ``events`` the database must also refuse, beyond ``UPDATE`` and ``DELETE``
+    #: (``TRUNCATE`` where the database has it).
+    extra_refused: tuple[str, ...] = ()
+    #: DDL that removes the immutability guard from ``events`` (what an attacker with DDL rights
+    #: could do), so the audit's own detection can be tested.
+    drop_guard: tuple[str, ...] = ()
+
+    @pytest.fixture
+    def url(self) -> Iterator[str]:
+        """A URL of a fresh, empty database on the backend under test."""
+        raise NotImplementedError("a backend's conformance class gives a `url` fixture")
+
+    @pytest.fixture
+    def db(self, url: str) -> Iterator[Database]:
+        database = Database(url)
+        upgrade(database)
+        yield database
+        database.dispose()
+
+    @pytest.fixture
+    def log(self, db: Database) -> EventLog:
+        return EventLog(db)
+
+    # ---------------------------------------------------------------------------- migrations
+
+    def test_the_url_selects_this_backend(self, db: Database):
+        """The registry picks the backend under test from its URLs."""
+        assert type(db.backend) is self.backend
+
+    def test_schema_comes_from_the_migration_and_matches_the_query_tables(self, db: Database):
+        """The migrations create exactly the tables, columns and indexes store/schema.py describes."""
+        with db.engine.connect() as conn:
+            diff = compare_metadata(MigrationContext.configure(conn), metadata)
+        assert diff == []
+
+    def test_upgrading_again_is_a_no_op_at_the_head_revision(self, db: Database):
+        """Every process upgrades at start: a second upgrade changes nothing and reports the head."""
+        assert upgrade(db) == head_revision()
+        assert upgrade(db) == head_revision()
+
+    # ------------------------------------------------------------------------------- appends
+
+    def test_batch_append_is_gapless_and_positions_follow_commits(self, log: EventLog):
+        """Seqs are gapless per session; positions rise in commit order across sessions; the
+        tail, the head and the session list agree with what was appended."""
+        r1 = log.append("s1", [opened("s1"), text(1), text(2)], expected_seq=0)
+        r2 = log.append("s2", [opened("s2")], expected_seq=0)
+        r3 = log.append("s1", [text(3)], expected_seq=3)
+        assert [r.seq for r in r1.records] == [1, 2, 3] and r3.records[0].seq == 4
+        assert [r.seq for r in log.read_session("s1")] == [1, 2, 3, 4]
+        tail = log.tail()
+        assert [(r.session_id, r.seq) for r in tail] == [("s1", 1), ("s1", 2), ("s1", 3), ("s2", 1), ("s1", 4)]
+        positions = [r.position for r in tail]
+        assert positions == sorted(positions)
+        assert [r.event for r in log.tail(after_position=positions[2])] == [opened("s2"), text(3)]
+        assert log.head("s1") == 4 and log.head("nope") == 0
+        assert log.session_ids() == ["s1", "s2"]
+
+    def test_wrong_expected_seq_writes_nothing(self, log: EventLog):
+        """An append whose expected seq is not the session's head raises WrongExpectedSeq and
+        writes none of its events."""
+        log.append("s", [opened("s")], expected_seq=0)
+        with pytest.raises(WrongExpectedSeq) as err:
+            log.append("s", [text(1), text(2)], expected_seq=0)
+        assert (err.value.expected, err.value.actual) == (0, 1)
+        assert log.head("s") == 1
+        with pytest.raises(WrongExpectedSeq):
+            log.append("new", [opened("new")], expected_seq=5)
+        assert log.head("new") == 0
+
+    def test_a_rolled_back_batch_leaves_nothing_behind(self, log: EventLog):
+        """Batch atomicity: the events, the idempotency key and the tick rows of an append stand
+        or fall with its transaction; a failure after the statements ran writes none of them."""
+        log.append("s", [opened("s")], expected_seq=0)
+        with pytest.raises(RuntimeError):
+            with log.db.write() as conn:
+                log.append_in(conn, "s", [text(1), _tick("r0")], expected_seq=1, idempotency_key="evt-1")
+                raise RuntimeError("the caller fails before the commit")
+        assert log.head("s") == 1 and [r.seq for r in log.tail()] == [1]
+        assert log.applied_key("s", "evt-1") is None
+        assert TickQueue(log).count() == 0
+        assert log.append("s", [text(2)], expected_seq=1, idempotency_key="evt-1").records[0].seq == 2
+
+    def test_idempotency_key_returns_the_first_batch_and_writes_nothing(self, log: EventLog):
+        """Repeating an idempotency key in a session returns the first batch with duplicate=True
+        and writes nothing; keys are per session."""
+        log.append("s", [opened("s")], expected_seq=0)
+        first = log.append("s", [text(1), text(2)], expected_seq=1, idempotency_key="evt-1")
+        again = log.append("s", [text(9)], expected_seq=1, idempotency_key="evt-1")
+        assert not first.duplicate and again.duplicate
+        assert [r.seq for r in again.records] == [2, 3] and again.records == first.records
+        assert log.head("s") == 3
+        assert log.applied_key("s", "evt-1") == (2, 3)
+        # Keys are per session: the same client event id in another session is a new command.
+        other = log.append("t", [opened("t")], expected_seq=0, idempotency_key="evt-1")
+        assert not other.duplicate
+
+    def test_concurrent_appends_to_one_session_never_claim_a_seq_they_did_not_write(self, log: EventLog):
+        """Fifty threads racing read-check-append on one session: every winner's reported seq
+        holds its own event, and the session stays gapless."""
+        log.append("s", [opened("s")], expected_seq=0)
+        wins: list[int] = []
+        conflicts = 0
+        lock = threading.Lock()
+
+        def writer(i: int) -> None:
+            nonlocal conflicts
+            for attempt in range(2000):
+                head = log.head("s")
+                try:
+                    r = log.append("s", [text(i)], expected_seq=head)
+                except WrongExpectedSeq:
+                    with lock:
+                        conflicts += 1
+                    continue
+                with lock:
+                    wins.append(r.records[0].seq)
+                return
+
+        run_threads(writer, [(i,) for i in range(50)])
+        stored = log.read_session("s")
+        assert len(wins) == 50 and sorted(wins) == list(range(2, 52))
+        assert [r.seq for r in stored] == list(range(1, 52))
+        # Each writer's reported seq holds its own event.
+        by_seq = {r.seq: r.event for r in stored}
+        assert sorted(by_seq[s].text for s in wins) == sorted(f"t{i}" for i in range(50))
+
+    def test_two_writers_racing_on_a_new_session_one_wins(self, log: EventLog):
+        """Two creators of one session at once: exactly one succeeds, the other gets a conflict."""
+        results: list[str] = []
+        barrier = threading.Barrier(2)
+
+        def create(tag: str) -> None:
+            barrier.wait()
+            try:
+                log.append("race", [SessionOpened(session_id="race", config=SessionConfig(model=tag))], expected_seq=0)
+                results.append("ok")
+            except WrongExpectedSeq:
+                results.append("conflict")
+            except sa.exc.IntegrityError:
+                results.append("conflict")
+
+        run_threads(create, [(t,) for t in ("a", "b")])
+        assert sorted(results) == ["conflict", "ok"]
+        assert log.head("race") == 1
+
+    def test_sixteen_writer_threads_in_one_process(self, log: EventLog):
+        """Case 14: sixteen threads appending to their own sessions: no exception escapes; every
+        append lands."""
+        errors: list[BaseException] = []
+
+        def writer(i: int) -> None:
+            sid = f"t{i}"
+            try:
+                log.append(sid, [opened(sid)], expected_seq=0)
+                for n in range(40):
+                    log.append(sid, [said(f"{sid}-{n}")], expected_seq=n + 1)
+            except BaseException as exc:
+                errors.append(exc)
+
+        run_threads(writer, [(i,) for i in range(16)])
+        assert errors == []
+        assert all(log.head(f"t{i}") == 41 for i in range(16))
+
+    def test_the_session_head_never_moves_back_and_equals_the_highest_seq(self, log: EventLog):
+        """Case 7: empty appends and real appends racing; the head (what expected-seq checks read)
+        is monotonic and always the highest stored seq."""
+        log.append("h", [opened("h")], expected_seq=0)
+        stop = time.monotonic() + 1.5
+        heads: list[int] = []
+
+        def empties() -> None:
+            while time.monotonic() < stop:
+                head = log.head("h")
+                try:
+                    assert log.append("h", [], expected_seq=head).records == ()
+                except WrongExpectedSeq:
+                    pass
+
+        def writes(tag: str) -> None:
+            n = 0
+            while time.monotonic() < stop:
+                try:
+                    log.append("h", [said(f"{tag}{n}")], expected_seq=log.head("h"))
+                    n += 1
+                except WrongExpectedSeq:
+                    pass
+
+        threads = [threading.Thread(target=empties), threading.Thread(target=writes, args=("a",)), threading.Thread(target=writes, args=("b",))]
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            heads.append(log.head("h"))
+        for t in threads:
+            t.join()
+        assert heads == sorted(heads)
+        seqs = [r.seq for r in log.read_session("h")]
+        assert log.head("h") == max(seqs) and seqs == list(range(1, len(seqs) + 1))
+
+    # -------------------------------------------------------------------- immutability (I9)
+
+    def test_the_database_refuses_to_update_delete_or_truncate_events(self, log: EventLog):
+        """UPDATE and DELETE on events (and the backend's extra_refused statements) fail with an
+        'immutable' error and change nothing."""
+        log.append("s", [opened("s"), text(1)], expected_seq=0)
+        statements = ["UPDATE events SET data = '{}' WHERE seq = 2", "DELETE FROM events WHERE seq = 2", "DELETE FROM events"]
+        for stmt in statements + list(self.extra_refused):
+            with pytest.raises(sa.exc.DBAPIError) as err:
+                with log.db.write() as conn:
+                    conn.exec_driver_sql(stmt)
+            assert "immutable" in str(err.value)
+        assert [r.seq for r in log.read_session("s")] == [1, 2]
+
+    def _without_triggers(self, db: Database, stmt: str) -> None:
+        """What an attacker with DDL rights could do: drop the guard and edit the table."""
+        with db.write() as conn:
+            for ddl in self.drop_guard:
+                conn.exec_driver_sql(ddl)
+            conn.exec_driver_sql(stmt)
+
+    @pytest.mark.parametrize(
+        "tamper,expect",
+        [
+            ("UPDATE events SET data = replace(data, 't2', 'tX') WHERE seq = 3", "edited"),
+            ("DELETE FROM events WHERE seq = 2", "gap"),
+            ("UPDATE events SET seq = seq + 100 WHERE seq = 2", "gap"),
+        ],
+        ids=["edit", "delete", "reorder"],
+    )
+    def test_audit_detects_edits_deletions_and_reordering(self, log: EventLog, tamper: str, expect: str):
+        """The stored hash chain verifies as written, and an edit, a deletion or a reordering
+        made behind the guard's back breaks it where the audit looks."""
+        log.append("s", [opened("s"), text(1), text(2), text(3)], expected_seq=0)
+        assert audit_session(log, "s").ok
+        self._without_triggers(log.db, tamper)
+        report = audit_session(log, "s")
+        assert not report.ok
+        assert any(v.check == "chain" for v in report.violations)
+        assert any(expect in v.message for v in report.violations)
+
+    # ----------------------------------------------------------------------------------- reads
+
+    def test_every_read_path_returns_the_asked_range_in_order(self, log: EventLog):
+        """read_session's (after_seq, up_to_seq] range, read_seqs, read_raw, tail_raw,
+        tail_sessions, last_position and the session lookups return the stored rows, in order."""
+        log.append("a1", [opened("a1"), text(1), text(2), text(3)], expected_seq=0)
+        log.append("b1", [opened("b1"), TextAppended(text="bye")], expected_seq=0)
+        assert [r.seq for r in log.read_session("a1", after_seq=1, up_to_seq=3)] == [2, 3]
+        assert [r.seq for r in log.read_session("a1", after_seq=3)] == [4]
+        assert log.read_session("a1", after_seq=4) == [] and log.read_session("none") == []
+        assert [r.seq for r in log.read_seqs("a1", [4, 2, 9])] == [2, 4] and log.read_seqs("a1", []) == []
+        raw = log.read_raw("a1")
+        assert [r.seq for r in raw] == [1, 2, 3, 4] and raw[1].prev_hash == raw[0].hash
+        tail = log.tail_raw(0)
+        assert [(r.session_id, r.seq) for r in tail] == [("a1", 1), ("a1", 2), ("a1", 3), ("a1", 4), ("b1", 1), ("b1", 2)]
+        assert log.tail_sessions(tail[3].position) == [(r.position, r.session_id, r.seq) for r in tail[4:]]
+        assert [r.seq for r in log.tail(0, limit=2)] == [1, 2]
+        assert log.last_position() == tail[-1].position
+        assert log.find_session("a") == ["a1"]
+        assert log.sessions_without(["input.text.appended"]) == [] and log.sessions_without(["nothing"]) == ["a1", "b1"]
+
+    def test_a_read_transaction_sees_one_snapshot(self, log: EventLog):
+        """Everything read inside one Database.read() comes from one snapshot: an append that
+        commits meanwhile is not seen until the next read transaction."""
+        log.append("s", [opened("s")], expected_seq=0)
+        count = sa.select(sa.func.count()).select_from(events_t)
+        with log.db.read() as conn:
+            assert conn.execute(count).scalar_one() == 1
+            writer = threading.Thread(target=lambda: log.append("s", [text(1)], expected_seq=1))
+            writer.start()
+            writer.join(30)
+            assert log.head("s") == 2  # committed, as a new transaction sees
+            assert conn.execute(count).scalar_one() == 1
+        assert log.head("s") == 2
+
+    # ------------------------------------------------------------------ the global tail (I8)
+
+    @pytest.mark.parametrize("writers", [2, 8])
+    def test_a_transaction_that_commits_late_is_still_delivered_in_order(self, db: Database, writers: int):
+        """Case 1: writer A draws its position and holds its transaction open; the other writers
+        try to commit meanwhile; a tailing reader running throughout gets A's event and nothing
+        out of order, because positions follow commit order."""
+        log = EventLog(db)
+        for i in range(writers):
+            log.append(f"s{i}", [opened(f"s{i}")], expected_seq=0)
+        reader = Tailer(log)
+        reader.poll()
+        a_holds = threading.Event()
+        release = threading.Event()
+
+        def writer_a() -> None:
+            with db.write() as conn:
+                log.append_in(conn, "s0", [said("A")], expected_seq=1)
+                a_holds.set()
+                release.wait(10)
+
+        def writer(i: int) -> None:
+            a_holds.wait(10)
+            log.append(f"s{i}", [said(f"B{i}")], expected_seq=1)
+
+        threads = [threading.Thread(target=writer_a)] + [threading.Thread(target=writer, args=(i,)) for i in range(1, writers)]
+        for t in threads:
+            t.start()
+        a_holds.wait(10)
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:  # the others are trying to commit now
+            reader.poll()
+            time.sleep(0.01)
+        assert all(t != "A" for _, t in reader.seen)
+        release.set()
+        for t in threads:
+            t.join()
+        while reader.poll():
+            pass
+        assert reader.seen == all_rows(log)  # every event, each once, in position order
+        texts = [t for _, t in reader.seen]
+        assert texts.index("A") < min(texts.index(f"B{i}") for i in range(1, writers))
+
+    def test_concurrent_writers_on_many_sessions_lose_nothing_for_a_global_reader(self, log: EventLog):
+        """Cases 2 and 3: writers on different sessions for a few seconds while a reader tails;
+        zero missing, zero duplicates, and its checkpoint only ever moved over what it was given."""
+        stop = time.monotonic() + 3.0
+        reader = Tailer(log)
+        errors: list[BaseException] = []
+
+        def writer(i: int) -> None:
+            sid, seq = f"w{i}", 0
+            try:
+                log.append(sid, [opened(sid)], expected_seq=0)
+                seq = 1
+                while time.monotonic() < stop:
+                    log.append(sid, [said(f"{sid}-{seq}")], expected_seq=seq)
+                    seq += 1
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        checkpoints = reader.follow(threads)
+        assert not errors
+        assert reader.seen == all_rows(log) and len(reader.seen) > 20
+        assert checkpoints == sorted(checkpoints)
+        assert len({p for p, _ in reader.seen}) == len(reader.seen)
+
+    def test_a_thousand_version_conflicts_do_not_stall_readers(self, log: EventLog):
+        """Case 4: forced conflicts, and a failed insert (which burns sequence values on
+        PostgreSQL), leave no hole a reader waits on: its lag is back to zero as soon as it polls."""
+        log.append("c", [opened("c")], expected_seq=0)
+        for _ in range(1000):
+            with pytest.raises(WrongExpectedSeq):
+                log.append("c", [said("stale")], expected_seq=0)
+        with pytest.raises(sa.exc.IntegrityError):
+            with log.db.write() as conn:
+                conn.execute(events_t.insert().values(session_id="c", seq=1, type="x", version=1, data="{}", recorded_at_us=0, prev_hash="", hash=""))
+        log.append("c", [said("after")], expected_seq=1)
+        reader = Tailer(log)
+        started = time.monotonic()
+        while reader.poll():
+            pass
+        assert reader.checkpoint == log.last_position() and time.monotonic() - started < 5
+        assert [t for _, t in reader.seen] == ["session.opened", "after"]
+
+    # ------------------------------------------------------------------ the tick queue (I6)
+
+    def test_a_tick_is_claimable_only_after_its_event_commits_and_only_once(self, log: EventLog):
+        """A ticks row appears with its tick.issued event; a held claim is not handed out again;
+        a commit marks it done, and a redelivered committed tick is only acknowledged."""
+        q = TickQueue(log)
+        assert q.claim("w", ttl_ms=1000) is None
+        log.append("s", [opened("s"), _tick("r0")], expected_seq=0)
+        c = q.claim("w1", ttl_ms=60_000)
+        assert c is not None and c.request_id == "r0" and c.tick == _tick("r0") and c.attempts == 1
+        assert q.claim("w2", ttl_ms=60_000) is None  # held
+        res = q.commit(c, [_output("r0")])
+        assert res.status == "committed" and res.records[0].seq == 3
+        assert q.status("r0")["status"] == "done"
+        # A redelivered, already-committed tick is only acknowledged.
+        again = q.commit(c, [_output("r0")])
+        assert again.status == "already_committed" and again.records == res.records
+        assert log.head("s") == 3
+
+    def test_a_worker_claims_only_the_kinds_it_runs(self, log: EventLog):
+        """A claim names the tick kinds the worker's engines run and takes no other kind."""
+        q = TickQueue(log)
+        log.append("s", [opened("s"), TranscriptionRequested(request_id="tr0", item_id="item_1"), _tick("r0")], expected_seq=0)
+        speech = q.claim("w1", ttl_ms=60_000, kinds=("speech",))
+        assert speech is not None and speech.request_id == "r0" and speech.kind == "speech"
+        assert q.claim("w1", ttl_ms=60_000, kinds=("speech", "world")) is None
+        heard = q.claim("w2", ttl_ms=60_000, kinds=("transcription",))
+        assert heard is not None and heard.request_id == "tr0" and isinstance(heard.tick, TranscriptionRequested)
+
+    def test_an_expired_claim_is_taken_over_and_the_old_worker_cannot_commit(self, log: EventLog):
+        """A claim is a lease: after it runs out another worker takes the tick with a new token,
+        and the old holder can neither commit nor extend."""
+        q = TickQueue(log)
+        log.append("s", [opened("s"), _tick("r0")], expected_seq=0)
+        t0 = 1_000_000_000_000
+        old = q.claim("w1", ttl_ms=1000, now_us=t0)
+        assert q.claim("w2", ttl_ms=1000, now_us=t0 + 500_000) is None
+        new = q.claim("w2", ttl_ms=1000, now_us=t0 + 1_500_000)
+        assert new is not None and new.token != old.token and new.attempts == 2
+        with pytest.raises(ClaimLost):
+            q.commit(old, [_output("r0")], now_us=t0 + 1_600_000)
+        with pytest.raises(ClaimLost):
+            q.extend(old, ttl_ms=1000, now_us=t0 + 1_600_000)
+        assert q.commit(new, [_output("r0")], now_us=t0 + 1_700_000).status == "committed"
+        assert [r.event.TYPE for r in log.read_session("s")] == ["session.opened", "tick.issued", "tick.output"]
+
+    def test_an_expired_claim_is_taken_over_and_the_old_holders_commit_refused(self, log: EventLog):
+        """The same on the wall clock, with the commit's own now: the stale output is not logged."""
+        [rid] = _issue_ticks(log, "s1", 1)
+        queue = TickQueue(log)
+        now = time.time_ns() // 1000
+        old = queue.claim("slow", ttl_ms=100, now_us=now)
+        assert old is not None and queue.claim("other", ttl_ms=100, now_us=now + 50_000) is None
+        new = queue.claim("other", ttl_ms=60_000, now_us=now + 200_000)
+        assert new is not None and new.request_id == rid and new.token != old.token
+        with pytest.raises(ClaimLost):
+            queue.commit(old, [TextAppended(text="stale output")])
+        assert queue.commit(new, [TextAppended(text="output")]).status == "committed"
+        assert [r.event.text for r in log.read_session("s1") if isinstance(r.event, TextAppended)] == ["output"]
+
+    def test_an_expired_claim_cannot_commit_even_before_anyone_reclaims(self, log: EventLog):
+        """An extension moves the expiry; a commit after the expiry is refused even if nobody
+        took the tick over, and writes nothing."""
+        q = TickQueue(log)
+        log.append("s", [opened("s"), _tick("r0")], expected_seq=0)
+        t0 = 2_000_000_000_000
+        c = q.claim("w1", ttl_ms=1000, now_us=t0)
+        extended = q.extend(c, ttl_ms=1000, now_us=t0 + 900_000)
+        assert extended.claimed_until_us == t0 + 1_900_000
+        with pytest.raises(ClaimLost):
+            q.commit(extended, [_output("r0")], now_us=t0 + 2_000_000)
+        assert log.head("s") == 2
+
+    def test_cancelled_ticks_are_not_handed_out_but_a_running_one_still_logs_its_output(self, log: EventLog):
+        """epoch.advanced cancels the ticks it names in the same transaction; a cancelled tick is
+        never claimed, but a running one's output is still logged (I7: the reducer discards it)."""
+        q = TickQueue(log)
+        log.append("s", [opened("s"), _tick("r0"), _tick("r1", chunk=1)], expected_seq=0)
+        running = q.claim("w1", ttl_ms=60_000)
+        assert running.request_id == "r0"
+        log.append("s", [EpochAdvanced(epoch=1, reason="client_cancelled", cancelled_request_ids=("r0", "r1"))], expected_seq=ANY_SEQ)
+        assert q.claim("w2", ttl_ms=60_000) is None
+        assert q.count("cancelled") == 2
+        # The output is logged (the reducer marks it discarded: docs/architecture.md, I7).
+        assert q.commit(running, [_output("r0")]).status == "committed"
+        assert log.read_session("s")[-1].event.TYPE == "tick.output"
+
+    def test_concurrent_workers_claim_each_tick_once(self, log: EventLog):
+        """Four workers claiming and committing 30 ticks at once: each tick is committed once."""
+        q = TickQueue(log)
+        log.append("s", [opened("s")] + [_tick(f"r{i}", chunk=i) for i in range(30)], expected_seq=0)
+        claimed: list[str] = []
+        lock = threading.Lock()
+
+        def commit(name: str, c: Claim) -> None:
+            q.commit(c, [_output(c.request_id, c.tick.chunk_index)])
+            with lock:
+                claimed.append(c.request_id)
+
+        _claim_until_none(q, commit)
+        assert sorted(claimed) == sorted(f"r{i}" for i in range(30))
+        assert q.count("done") == 30
+
+    def test_concurrent_workers_never_claim_a_tick_another_holds(self, log: EventLog):
+        """Four workers claiming 60 ticks without committing: no tick is handed to two of them."""
+        ids = _issue_ticks(log, "s1", 60)
+        queue = TickQueue(log)
+        held: dict[str, str] = {}
+        doubles: list[str] = []
+        lock = threading.Lock()
+
+        def hold(name: str, claim: Claim) -> None:
+            with lock:
+                if claim.request_id in held:
+                    doubles.append(claim.request_id)
+                held[claim.request_id] = name
+
+        _claim_until_none(queue, hold)
+        assert doubles == [] and sorted(held) == sorted(ids)
+
+    # ------------------------------------------------------------------------------ ownership
+
+    def test_a_taken_over_session_refuses_the_former_owners_append(self, log: EventLog):
+        """A live owner's session is taken only with take_over; then the former owner's fenced
+        append raises OwnershipLost naming the new owner, and writes nothing."""
+        owners = SessionOwners(log.db)
+        log.append("s1", [opened("s1")], expected_seq=0)
+        a = owners.acquire("s1", "server-a")
+        log.append("s1", [TextAppended(text="from a")], expected_seq=1, fence=a)
+        with pytest.raises(SessionOwned):
+            owners.acquire("s1", "server-b")  # a is alive: only a resume may take the session
+        b = owners.acquire("s1", "server-b", take_over=True)
+        assert (a.generation, b.generation) == (1, 2)
+        with pytest.raises(OwnershipLost) as lost:
+            log.append("s1", [TextAppended(text="late from a")], expected_seq=2, fence=a)
+        assert (lost.value.owner_id, lost.value.generation) == ("server-b", b.generation)
+        assert log.head("s1") == 2  # nothing of the refused append was written
+        log.append("s1", [TextAppended(text="from b")], expected_seq=2, fence=b)
+        assert [r.event.text for r in log.read_session("s1")[1:]] == ["from a", "from b"]
+
+    def test_an_owner_that_stops_renewing_leaves_an_orphan_another_server_takes(self, log: EventLog):
+        """Renewal extends all of an owner's leases at once; a lease that ran out makes an orphan
+        anyone may acquire; release succeeds only with the current fence."""
+        owners = SessionOwners(log.db, ttl_ms=1000)
+        now = 1_000_000_000
+        a = owners.acquire("s1", "server-a", now_us=now)
+        owners.acquire("s2", "server-a", now_us=now)
+        assert owners.renew("server-a", now_us=now + 500_000) == 2
+        assert owners.orphans(now_us=now + 1_000_000) == []  # renewed until now + 1.5 s
+        assert sorted(owners.orphans(now_us=now + 1_600_000)) == ["s1", "s2"]
+        b = owners.acquire("s1", "server-b", now_us=now + 1_600_000)  # expired: no takeover needed
+        assert owners.orphans(now_us=now + 1_600_000) == ["s2"]
+        assert not owners.release(a) and owners.release(b)
+        assert owners.current("s1") is None
+
+    def test_a_restarted_server_with_the_same_id_fences_out_its_former_self(self, log: EventLog):
+        """Every acquisition raises the generation, even by the same owner id."""
+        owners = SessionOwners(log.db)
+        log.append("s1", [opened("s1")], expected_seq=0)
+        before = owners.acquire("s1", "host:8000")
+        after = owners.acquire("s1", "host:8000")
+        assert after.generation == before.generation + 1
+        with pytest.raises(OwnershipLost):
+            log.append("s1", [TextAppended(text="zombie")], expected_seq=1, fence=before)
+
+    def test_acquiring_at_an_expected_generation_is_a_compare_and_swap(self, log: EventLog):
+        """acquire(expected_generation=g) takes the session only if its generation is still g
+        (0: it has no owner row), so a resume decided on what it read cannot overrule a move."""
+        owners = SessionOwners(log.db)
+        assert owners.acquire("s1", "a", expected_generation=0).generation == 1
+        with pytest.raises(SessionOwned):
+            owners.acquire("s1", "b", expected_generation=0, take_over=True)
+        assert owners.acquire("s1", "b", expected_generation=1, take_over=True).generation == 2
+        with pytest.raises(SessionOwned):
+            owners.acquire("s1", "a", expected_generation=1, take_over=True)
+        with pytest.raises(SessionOwned):
+            owners.acquire("s2", "a", expected_generation=3)
+        assert owners.current("s1")[0].owner_id == "b" and owners.current("s2") is None
+
+    def test_two_servers_creating_one_sessions_owner_at_once_one_wins(self, log: EventLog):
+        """The first acquisition inserts the owner row or does nothing if another got there
+        first: of two racing servers exactly one owns the session, at generation 1."""
+        owners = SessionOwners(log.db)
+        barrier = threading.Barrier(2)
+        outcomes: dict[str, object] = {}
+
+        def take(server: str) -> None:
+            barrier.wait()
+            try:
+                outcomes[server] = owners.acquire("race", server)
+            except SessionOwned as exc:
+                outcomes[server] = exc
+
+        run_threads(take, [(s,) for s in ("a", "b")])
+        fences = [o for o in outcomes.values() if not isinstance(o, SessionOwned)]
+        assert len(fences) == 1 and fences[0].generation == 1
+        assert owners.current("race")[0] == fences[0]
+
+    # ---------------------------------------------------------------------- wake-ups, snapshots
+
+    @pytest.mark.parametrize("channel", [TICKS_CHANNEL, EVENTS_CHANNEL])
+    def test_an_idle_reader_is_woken_by_a_commit_or_polls(self, db: Database, channel: str):
+        """Where the backend listens, a commit that issues a tick ends a wait on either channel
+        long before its timeout; where it does not, a wait sleeps its timeout and says so. Either
+        way the reader re-reads after the wait and finds the tick."""
+        wakeup = Wakeup(db, channel)
+        log = EventLog(db)
+        if not wakeup.listens:
+            started = time.monotonic()
+            assert wakeup.wait(0.05) is False
+            assert time.monotonic() - started >= 0.04
+            _issue_ticks(log, "s1", 1)
+            assert TickQueue(log).claim("w", ttl_ms=1000) is not None
+            wakeup.close()
+            return
+        assert wakeup.wait(0.01) is False  # connects and listens; nothing yet
+        woke: list[float] = []
+
+        def wait() -> None:
+            t0 = time.monotonic()
+            if wakeup.wait(20.0):
+                woke.append(time.monotonic() - t0)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        time.sleep(0.2)
+        _issue_ticks(log, "s1", 1)
+        waiter.join(25)
+        wakeup.close()
+        assert woke and woke[0] < 10.0  # woken by the tick's commit, not by the 20 s timeout
+        assert TickQueue(log).claim("w", ttl_ms=1000) is not None
+
+    def test_snapshots_keep_the_newest_and_flag_a_changed_row(self, db: Database):
+        """A snapshot at an existing key replaces it; only the newest `keep` per session stay;
+        a row whose data no longer matches its digest reads as not intact."""
+        snaps = SnapshotStore(db, keep=2)
+        for seq in (10, 20, 30):
+            snaps.save("s", seq, 1, f'{{"seq": {seq}}}')
+        snaps.save("s", 30, 1, '{"seq": 30, "again": true}')
+        assert [(s.seq, s.data) for s in snaps.recent("s")] == [(30, '{"seq": 30, "again": true}'), (20, '{"seq": 20}')]
+        assert [s.seq for s in snaps.recent("s", max_seq=25)] == [20] and snaps.all_of("other") == []
+        with db.transaction() as conn:
+            conn.exec_driver_sql("UPDATE snapshots SET data = '{}' WHERE seq = 20")
+        assert [(s.seq, s.intact) for s in snaps.all_of("s")] == [(20, False), (30, True)]
