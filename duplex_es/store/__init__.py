@@ -1,6 +1,8 @@
 """The log: SQLAlchemy Core tables, appends, reads, the global tail and the tick queue.
 
-This layer knows events, never the domain (docs/architecture.md).
+This layer knows events, never the domain (docs/architecture.md). What differs between databases
+is a :class:`~duplex_es.store.backend.Backend`, one module each (``sqlite``, ``postgres``),
+listed in :mod:`~duplex_es.store.registry` (docs/architecture.md, "Storage backends").
 """
 
 from duplex_es.store.database import Database, DatabaseNotFound, default_url, resolve_url

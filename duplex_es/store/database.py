@@ -34,8 +34,8 @@ __all__ = [
 #: File name of the embedded default database, created in the working directory.
 DEFAULT_SQLITE_FILE = "duplex_es.db"
 
-# APPEND_LOCK_KEY is re-exported for duplex_es/bench/peer_raw.py, which takes the same lock in
-# its raw-driver peer; it belongs to the PostgreSQL backend (duplex_es/store/postgres.py).
+# APPEND_LOCK_KEY is re-exported for duplex_es_tools/bench/peer_raw.py, which takes the same lock
+# in its raw-driver peer; it belongs to the PostgreSQL backend (duplex_es/store/postgres.py).
 
 #: What the registered drivers raise for a statement run on :func:`driver_connection`
 #: (SQLAlchemy's own statements raise ``sqlalchemy.exc.DBAPIError`` instead).
@@ -97,9 +97,9 @@ class Database:
     def is_sqlite(self) -> bool:
         """True for the embedded SQLite backend.
 
-        A compatibility property for callers written before :attr:`backend` existed (the
-        benchmark tooling); runtime code asks :attr:`backend` for the decision itself instead
-        of testing which database it is."""
+        A compatibility property for callers written before :attr:`backend` existed (nothing in
+        this repository uses it any more: the benchmark has its own ``BenchDatabase.is_sqlite``);
+        code asks :attr:`backend` for the decision itself instead of testing which database it is."""
         return self.backend.name == "sqlite"
 
     def describe(self) -> str:
