@@ -33,6 +33,8 @@ import attrs
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from duplex_es.errors import LogError
+
 __all__ = [
     "Backend",
     "ClaimedRow",
@@ -50,7 +52,7 @@ __all__ = [
 ClaimedRow = tuple[str, str, int, str, int, str, int, str]
 
 
-class DatabaseNotFound(FileNotFoundError):
+class DatabaseNotFound(LogError, FileNotFoundError):
     """A database file (or its folder) that should exist does not (embedded backends)."""
 
 

@@ -17,7 +17,8 @@ import attrs
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from duplex_es.events import EpochAdvanced, Event, TickIssued, TranscriptionRequested, WorldClosed, WorldReset, WorldTickIssued, decode, encode
+from duplex_es.errors import LogError
+from duplex_es.events import Event, TickCanceller, TickRequest, decode, encode
 from duplex_es.store.chain import GENESIS, event_hash
 from duplex_es.store.appendsql import AppendSql
 from duplex_es.store.database import Database, driver_connection
@@ -91,7 +92,7 @@ class AppendResult:
         return self.records[-1].seq if self.records else 0
 
 
-class WrongExpectedSeq(Exception):
+class WrongExpectedSeq(LogError):
     """The session moved past the seq the writer expected (optimistic concurrency conflict).
 
     Attributes:
@@ -105,7 +106,7 @@ class WrongExpectedSeq(Exception):
         super().__init__(f"session {session_id}: expected seq {expected}, log is at {actual}")
 
 
-class StoredEventError(Exception):
+class StoredEventError(LogError):
     """A stored event could not be decoded; names its position so it can be found."""
 
     def __init__(self, position: int, session_id: str, seq: int, cause: Exception) -> None:
@@ -300,7 +301,8 @@ class EventLog:
     def _mirror_ticks(conn: Connection, records: Iterable[Recorded]) -> None:
         for rec in records:
             ev = rec.event
-            if isinstance(ev, (TickIssued, WorldTickIssued, TranscriptionRequested)):
+            # Ticks are found by role, whatever their kind (docs/architecture.md, "Ticks").
+            if isinstance(ev, TickRequest):
                 conn.execute(
                     ticks_t.insert().values(
                         request_id=ev.request_id,
@@ -312,7 +314,7 @@ class EventLog:
                         attempts=0,
                     )
                 )
-            elif isinstance(ev, (EpochAdvanced, WorldReset, WorldClosed)) and ev.cancelled_request_ids:
+            elif isinstance(ev, TickCanceller) and ev.cancelled_request_ids:
                 conn.execute(
                     ticks_t.update()
                     .where(

@@ -27,6 +27,7 @@ from typing import Optional
 import attrs
 import sqlalchemy as sa
 
+from duplex_es.errors import LogError
 from duplex_es.store.database import Database
 from duplex_es.store.schema import session_owners as owners_t
 
@@ -50,7 +51,7 @@ class Fence:
     generation: int
 
 
-class OwnershipLost(Exception):
+class OwnershipLost(LogError):
     """An append carried a fence that is no longer current: the session moved to another
     owner (``owner_id``, ``generation`` are the current ones; ``None`` if it has none).
     Nothing was written."""
@@ -63,7 +64,7 @@ class OwnershipLost(Exception):
         )
 
 
-class SessionOwned(Exception):
+class SessionOwned(LogError):
     """A session is owned by another live server (its lease runs until ``expires_at_us``)."""
 
     def __init__(self, session_id: str, owner_id: str, expires_at_us: int) -> None:

@@ -22,7 +22,8 @@ from typing import Literal, Sequence
 import attrs
 import sqlalchemy as sa
 
-from duplex_es.events import Event, TickIssued, TranscriptionRequested, WorldTickIssued, decode
+from duplex_es.errors import LogError
+from duplex_es.events import Event, TickRequest, decode
 from duplex_es.store.log import ANY_SEQ, EventLog, Recorded
 from duplex_es.store.schema import ticks as ticks_t
 
@@ -44,10 +45,10 @@ class Claim:
     token: str
     claimed_until_us: int
     attempts: int
-    tick: TickIssued | WorldTickIssued | TranscriptionRequested
+    tick: TickRequest
 
 
-class ClaimLost(Exception):
+class ClaimLost(LogError):
     """The worker no longer holds the tick: another worker re-claimed it, or the claim expired."""
 
     def __init__(self, request_id: str, reason: str) -> None:
@@ -90,7 +91,7 @@ class TickQueue:
             return None
         request_id, session_id, seq, kind, attempts, type_, version, data = row
         tick = decode(type_, version, data)
-        assert isinstance(tick, (TickIssued, WorldTickIssued, TranscriptionRequested)), f"ticks row {request_id} points at a {tick.TYPE}"
+        assert isinstance(tick, TickRequest), f"ticks row {request_id} points at a {tick.TYPE}"
         return Claim(request_id, session_id, seq, kind, token, until, attempts, tick)
 
     def extend(self, claim: Claim, *, ttl_ms: int, now_us: int | None = None) -> Claim:
