@@ -101,3 +101,28 @@ def weather_pcm() -> bytes:
     from duplex_es_tools.conversation import read_wav_pcm16
 
     return read_wav_pcm16(FIXTURES / "audio" / "weather_question_24k.wav")
+
+
+# ----------------------------------------------------------------------------- test layout
+#
+# tests/unit (no database, socket or process), tests/integration (real SQLite files and the real
+# PostgreSQL, in-process servers and workers), tests/system (real serve and worker processes,
+# real clients, faults and load), tests/tools (the tooling). Tests of an invariant of
+# docs/architecture.md carry @pytest.mark.invariant("I<n>"); tests/unit/test_invariants.py checks
+# the docs' table against the markers.
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--invariant", action="append", default=[], metavar="I<n>", help="run only the tests of these invariants")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wanted = set(config.getoption("--invariant"))
+    if not wanted:
+        return
+    keep, drop = [], []
+    for item in items:
+        names = {n for m in item.iter_markers("invariant") for n in m.args}
+        (keep if names & wanted else drop).append(item)
+    config.hook.pytest_deselected(items=drop)
+    items[:] = keep

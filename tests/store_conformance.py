@@ -200,6 +200,7 @@ class StoreConformance:
 
     # ------------------------------------------------------------------------------- appends
 
+    @pytest.mark.invariant("I8")
     def test_batch_append_is_gapless_and_positions_follow_commits(self, log: EventLog):
         """Seqs are gapless per session; positions rise in commit order across sessions; the
         tail, the head and the session list agree with what was appended."""
@@ -216,6 +217,7 @@ class StoreConformance:
         assert log.head("s1") == 4 and log.head("nope") == 0
         assert log.session_ids() == ["s1", "s2"]
 
+    @pytest.mark.invariant("I4")
     def test_wrong_expected_seq_writes_nothing(self, log: EventLog):
         """An append whose expected seq is not the session's head raises WrongExpectedSeq and
         writes none of its events."""
@@ -359,6 +361,7 @@ class StoreConformance:
 
     # -------------------------------------------------------------------- immutability (I9)
 
+    @pytest.mark.invariant("I9")
     def test_the_database_refuses_to_update_delete_or_truncate_events(self, log: EventLog):
         """UPDATE and DELETE on events (and the backend's extra_refused statements) fail with an
         'immutable' error and change nothing."""
@@ -387,6 +390,7 @@ class StoreConformance:
         ],
         ids=["edit", "delete", "reorder"],
     )
+    @pytest.mark.invariant("I9")
     def test_audit_detects_edits_deletions_and_reordering(self, log: EventLog, tamper: str, expect: str):
         """The stored hash chain verifies as written, and an edit, a deletion or a reordering
         made behind the guard's back breaks it where the audit looks."""
@@ -436,6 +440,7 @@ class StoreConformance:
     # ------------------------------------------------------------------ the global tail (I8)
 
     @pytest.mark.parametrize("writers", [2, 8])
+    @pytest.mark.invariant("I8")
     def test_a_transaction_that_commits_late_is_still_delivered_in_order(self, db: Database, writers: int):
         """Case 1: writer A draws its position and holds its transaction open; the other writers
         try to commit meanwhile; a tailing reader running throughout gets A's event and nothing
@@ -476,6 +481,7 @@ class StoreConformance:
         texts = [t for _, t in reader.seen]
         assert texts.index("A") < min(texts.index(f"B{i}") for i in range(1, writers))
 
+    @pytest.mark.invariant("I8")
     def test_concurrent_writers_on_many_sessions_lose_nothing_for_a_global_reader(self, log: EventLog):
         """Cases 2 and 3: writers on different sessions for a few seconds while a reader tails;
         zero missing, zero duplicates, and its checkpoint only ever moved over what it was given."""
@@ -523,6 +529,7 @@ class StoreConformance:
 
     # ------------------------------------------------------------------ the tick queue (I6)
 
+    @pytest.mark.invariant("I6")
     def test_a_tick_is_claimable_only_after_its_event_commits_and_only_once(self, log: EventLog):
         """A ticks row appears with its tick.issued event; a held claim is not handed out again;
         a commit marks it done, and a redelivered committed tick is only acknowledged."""
@@ -550,6 +557,7 @@ class StoreConformance:
         heard = q.claim("w2", ttl_ms=60_000, kinds=("transcription",))
         assert heard is not None and heard.request_id == "tr0" and isinstance(heard.tick, TranscriptionRequested)
 
+    @pytest.mark.invariant("I6")
     def test_an_expired_claim_is_taken_over_and_the_old_worker_cannot_commit(self, log: EventLog):
         """A claim is a lease: after it runs out another worker takes the tick with a new token,
         and the old holder can neither commit nor extend."""
@@ -608,6 +616,7 @@ class StoreConformance:
         assert q.commit(running, [_output("r0")]).status == "committed"
         assert log.read_session("s")[-1].event.TYPE == "tick.output"
 
+    @pytest.mark.invariant("I6")
     def test_concurrent_workers_claim_each_tick_once(self, log: EventLog):
         """Four workers claiming and committing 30 ticks at once: each tick is committed once."""
         q = TickQueue(log)

@@ -151,7 +151,7 @@ class SessionConfig:
 
     Schema evolution: a field added here must have a default. Events stored before it existed
     lack the key and decode with the default (cattrs fills it in), so no version bump or
-    upcaster is needed; ``tests/test_codec.py`` checks this with an old ``session.opened``.
+    upcaster is needed; ``tests/unit/test_codec.py`` checks this with an old ``session.opened``.
     """
 
     model: str

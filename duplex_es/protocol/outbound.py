@@ -93,7 +93,7 @@ EXTENSION_EVENT_TYPES = frozenset(
 )
 
 #: Speech log events that are deliberately not on the wire (every other event type has a
-#: projection; ``tests/test_tables.py`` checks both): ticks and their failures are between the session and
+#: projection; ``tests/unit/test_tables.py`` checks both): ticks and their failures are between the session and
 #: its workers (a failure reaches the client as its response's ``response.done``), an epoch
 #: change is seen through the ``response.done`` it causes, typed text and a deferred response
 #: through the commit and ``response.created`` that use them, a detach has nobody to tell.

@@ -36,6 +36,7 @@ def _wait_for(pred, timeout: float, what: str):
 
 
 @pytest.mark.slow
+@pytest.mark.invariant("I6")
 def test_sigkilled_worker_mid_tick_loses_nothing_and_duplicates_nothing(sqlite_url: str, tmp_path: Path, weather_pcm: bytes):
     db = Database(sqlite_url)
     # Worker A is slow (it stands in for a GPU step of 1.5 s) and holds claims for 1 s at a time.
@@ -100,6 +101,7 @@ def _committed(db: Database) -> int:
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 @pytest.mark.parametrize("point", ["after_claim", "after_step", "after_commit"])
+@pytest.mark.invariant("I6")
 def test_a_worker_killed_at_each_instrumented_point_commits_each_tick_once(tmp_path: Path, backend: str, point: str):
     """Case 8: worker A SIGKILLs itself at ``point`` of its second tick (after the claim, after
     the engine's effect but before the commit, or after the commit); worker B takes over. Every
@@ -203,7 +205,7 @@ def test_a_failing_tick_is_failed_with_an_event_and_nothing_later_hides_it(tmp_p
     from duplex_es.events import TickFailed
     from wsclient import WsClient
 
-    tests = str(Path(__file__).resolve().parent)
+    tests = str(Path(__file__).resolve().parents[1])  # where plugins.py is
     args = ["--engine", "world", "--engine-plugin", "plugins:FailingSpeech", "--chunk-ms", "300"]
     with backend_url(backend, tmp_path) as url, running(url, tmp_path, worker_args=args, worker_env={"PYTHONPATH": tests}) as (port, _, _):
         db = Database(url)

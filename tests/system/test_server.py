@@ -62,6 +62,7 @@ BAD_INPUTS = [
 ]
 
 
+@pytest.mark.invariant("I3")
 def test_bad_input_gets_a_specific_error_is_logged_changes_nothing_and_keeps_the_connection(server):
     port, url = server
     c = Client(port)
@@ -121,6 +122,7 @@ def test_bad_input_gets_a_specific_error_is_logged_changes_nothing_and_keeps_the
     assert rejected[1].excerpt == "{nope"
 
 
+@pytest.mark.invariant("I4", "I13")
 def test_the_wire_is_a_byte_exact_projection_of_the_committed_log(server):
     """I4 + I13: every frame the client got is derived from a committed log event, in order,
     and re-deriving it from the log gives the same bytes."""
@@ -195,6 +197,7 @@ def test_an_event_id_is_a_correlation_id_only_a_retry_of_the_same_command_is_ded
     dedups = [r.event for r in log.read_session(c.session_id) if isinstance(r.event, CommandDeduplicated)]
     assert [(d.client_event_id, d.command_type) for d in dedups] == [("same", "input_audio_buffer.append"), ("again", "input_audio_buffer.commit")]
 
+@pytest.mark.invariant("I11")
 def test_a_dropped_connection_cancels_its_response_and_expires_after_the_grace(server):
     """Case 21 of issue 3: a disconnect during a response, no resume within the grace."""
     port, url = server

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import ast
 import pathlib
 
@@ -76,6 +78,7 @@ def test_pcm16_with_an_odd_byte_count_or_no_bytes_is_refused():
     assert unchanged(before, h.state)
 
 
+@pytest.mark.invariant("I12")
 def test_the_audio_clock_counts_samples_of_the_declared_format():
     h = Harness.open()
     for ms in (20, 20, 35):
@@ -121,6 +124,7 @@ def test_cancel_with_nothing_active_is_refused():
     assert h.state.active_response_id == rid
 
 
+@pytest.mark.invariant("I5")
 def test_the_first_tick_applies_every_accepted_model_feeding_event_once():
     h = Harness.open()
     h.run(UpdateSession(patch=SessionPatch(instructions="be brief")))  # model-relevant: seq 2
@@ -153,6 +157,7 @@ def test_a_response_streams_tick_by_tick_and_ends_once():
     assert h.state.active_response_id is None
 
 
+@pytest.mark.invariant("I5", "I7")
 def test_cancel_raises_the_epoch_fences_the_tick_and_discards_its_inputs():
     h = Harness.open()
     rid = h.spoken_turn()
@@ -342,6 +347,7 @@ def test_history_without_marks_is_proportional_to_the_audio_heard():
 # ---------------------------------------------------------------------------- session.update
 
 
+@pytest.mark.invariant("I3")
 def test_session_update_is_validated_whole_and_applied_atomically():
     h = Harness.open()
     before = h.state
@@ -391,6 +397,7 @@ COMMANDS = st.sampled_from(["append", "append_short", "text", "commit", "clear",
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(COMMANDS, min_size=1, max_size=40))
+@pytest.mark.invariant("I1", "I2", "I3", "I5")
 def test_any_command_sequence_keeps_the_invariants(script):
     """I1 (state is the fold of the log), I3 (refusals change nothing) and the tick rules
     hold whatever a client sends in whatever order."""
@@ -443,10 +450,11 @@ def test_any_command_sequence_keeps_the_invariants(script):
             seen |= set(ids)
 
 
+@pytest.mark.invariant("I2")
 def test_the_domain_reads_no_clock_draws_no_randomness_and_does_no_io():
     """docs/architecture.md, I2, checked on the source: the domain imports nothing that could."""
     forbidden = {"time", "datetime", "random", "secrets", "uuid", "os", "socket", "sqlalchemy", "asyncio", "duplex_es.store"}
-    root = pathlib.Path(__file__).resolve().parents[1] / "duplex_es" / "domain"
+    root = pathlib.Path(__file__).resolve().parents[2] / "duplex_es" / "domain"
     for path in root.glob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
@@ -628,6 +636,7 @@ def test_a_resume_whose_reply_was_lost_can_be_retried_with_the_old_token_while_d
         only_rejection(h.run(Resume(expected_generation=3, at_ms=1_900, token_hash=_digest(old))), Code.RESUME_CONFLICT)
 
 
+@pytest.mark.invariant("I11")
 def test_a_detached_world_issues_no_ticks_and_realtime_pacing_skips_the_pause():
     from duplex_es.domain import Detach, Pump, Resume
     from duplex_es.domain.world import StartWorld, next_tick_due_ms

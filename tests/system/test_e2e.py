@@ -24,6 +24,7 @@ SERVER_EVENT = TypeAdapter(RealtimeServerEvent)
 
 
 @pytest.mark.slow
+@pytest.mark.invariant("I1", "I5")
 def test_a_spoken_question_is_answered_replayed_and_audited(db_url: str, tmp_path: Path, weather_pcm: bytes):
     held: dict = {}
     with running(db_url, tmp_path) as (port, server, _):

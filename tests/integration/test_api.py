@@ -35,6 +35,7 @@ def test_command_from_realtime_raises_with_the_code_and_the_clients_event_id():
     assert isinstance(cmd, CancelResponse) and cmd.expected_epoch == 3
 
 
+@pytest.mark.invariant("I11")
 def test_open_submit_stream_detach_resume_expire(db_url: str):
     db = Database(db_url)
     upgrade(db)
@@ -103,6 +104,7 @@ def test_open_submit_stream_detach_resume_expire(db_url: str):
     db.dispose()
 
 
+@pytest.mark.invariant("I11")
 def test_idle_sessions_expire_after_their_ttl(db_url: str):
     db = Database(db_url)
     upgrade(db)

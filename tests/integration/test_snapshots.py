@@ -64,6 +64,7 @@ def test_a_snapshot_at_100_plus_5_events_loads_by_applying_exactly_5(url: str):
     n=st.integers(1, 5000),
     points=st.lists(st.one_of(st.sampled_from([1, 999, 1000, 1001]), st.integers(1, 5000)), min_size=1, max_size=4),
 )
+@pytest.mark.invariant("I10")
 def test_snapshot_plus_tail_equals_the_full_replay(seed: int, n: int, points: list[int]):
     """Case 17: for random speech and world sessions of 1-5,000 events and random snapshot
     points, the state rebuilt from the encoded snapshot plus the tail is the full replay."""
@@ -74,6 +75,7 @@ def test_snapshot_plus_tail_equals_the_full_replay(seed: int, n: int, points: li
         assert fold(events[k:], snap) == full
 
 
+@pytest.mark.invariant("I10")
 def test_another_reducer_version_or_a_corrupt_snapshot_means_full_replay_a_new_snapshot_and_a_warning(
     url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):

@@ -3,6 +3,8 @@ state equals the fold of the log (docs/architecture.md, I1), and the audit holds
 
 from __future__ import annotations
 
+import pytest
+
 import asyncio
 import json
 
@@ -38,6 +40,7 @@ class CountingEngine:
         )
 
 
+@pytest.mark.invariant("I1")
 def test_live_state_is_the_fold_of_the_log_after_every_command(log: EventLog):
     sent: list[dict] = []
     worker = Worker(log, [CountingEngine()])

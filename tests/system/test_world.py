@@ -26,7 +26,7 @@ from conftest import backend_url
 from servers import running
 
 CAMERA = "duplex_es.camera_keys.v1"
-TESTS = str(Path(__file__).resolve().parent)
+TESTS = str(Path(__file__).resolve().parents[1])  # where plugins.py is
 
 
 class WorldClient:

@@ -67,6 +67,7 @@ def test_the_resume_token_is_issued_at_session_created_and_stored_only_as_a_dige
     assert digest in text and c.token not in text
 
 
+@pytest.mark.invariant("I13")
 def test_a_drop_mid_speech_resumes_the_same_buffer_and_re_sends_exactly_what_was_missed(stack):
     """Case 21, and I13: appends on the resumed connection continue the same input buffer and
     audio clock; the events after the client's last seq are re-sent byte for byte; one commit."""
