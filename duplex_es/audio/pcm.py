@@ -1,5 +1,5 @@
 """Declared audio formats: which are supported, how many bytes a ms holds, and conversion to and
-from PCM16 (``reference/realtime-protocol.md`` §1.9)."""
+from PCM16 (docs/sources.md, "Audio formats")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Error codes a client can branch on.
 
 Where OpenAI's Realtime API has a code for a situation, duplex_es uses it
-(``reference/realtime-protocol.md`` §1.5); the rest are duplex_es codes named the same way.
+(docs/sources.md, "The error event"); the rest are duplex_es codes named the same way.
 Every refusal logs a ``command.rejected`` event carrying one of these codes (docs/architecture.md, I3).
 """
 

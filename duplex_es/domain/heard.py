@@ -6,7 +6,7 @@ linear curve through ``(0, 0)``, the marks in audio order, and ``(end, len(text)
 is the later of the generated audio and the last mark; a cutoff at or past ``end`` of a complete
 response hears everything. Without marks the prefix is proportional to the audio heard. The
 result is cut with ``int()`` and trailing whitespace is dropped. This is vLLM-Omni's rule
-(``reference/duplex-semantics.md`` §5.3): marks ``(6 @ 1000 ms, 11 @ 2000 ms)`` on "hello world"
+(docs/sources.md, "vLLM-Omni's heard prefix"): marks ``(6 @ 1000 ms, 11 @ 2000 ms)`` on "hello world"
 and a cutoff of 1200 ms give ``6 + 5 × 0.2 = 7`` characters, "hello w".
 """
 

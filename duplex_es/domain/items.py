@@ -1,5 +1,6 @@
 """Conversation items: create (with ``previous_item_id`` or ``root``), retrieve, delete and
-truncate (``reference/realtime-protocol.md`` §1.2, §1.6; docs/protocol.md "Truncate").
+truncate (docs/sources.md, "Realtime GA events" and "Truncating an item";
+docs/protocol.md, "Deviations from OpenAI, on purpose (and how to restore OpenAI's behaviour)").
 
 Truncating assistant audio keeps the heard prefix of the transcript (duplex_es's rule), or
 removes the transcript under the session option ``transcript_on_truncate: "remove"`` (OpenAI's

@@ -2,8 +2,8 @@
 
 A resume succeeds only if the lease is still at the generation the resumer read and, for a wire
 client, the presented resume token is the current one; it then bumps the generation and rotates
-the token (docs/protocol.md, Leases and Resume; vLLM-Omni keeps the same rules in memory,
-``reference/realtime-protocol.md`` §3). Tokens are compared as SHA-256 digests, in constant time.
+the token (docs/protocol.md, "Resume"; vLLM-Omni keeps the same rules in memory,
+docs/sources.md, "vLLM-Omni's session resume"). Tokens are compared as SHA-256 digests, in constant time.
 Time comes from the commands (docs/architecture.md, I11).
 """
 

@@ -4,7 +4,7 @@ A response's audio is one timeline (its items one after another). Clients report
 they played and committed with ``playback.ack``; acks are monotonic (max), a truncating ack or a
 ``conversation.item.truncate`` may lower the commit and caps every later one. The history of an
 assistant item is its full transcript until the client acks; after that, the heard prefix at the
-committed position (vLLM-Omni's ack-driven history, ``reference/duplex-semantics.md`` §5). A
+committed position (docs/sources.md, "vLLM-Omni's ack-driven history"). A
 response answered before a newer user item and never acknowledged is frozen: an ack for it is
 ``playback_ack_too_late``. Once done and fully played, a response's ledger is released.
 """
@@ -78,7 +78,8 @@ def refresh_transcripts(state: SessionState, response_id: str) -> SessionState:
 def maybe_release(state: SessionState, response_id: str) -> SessionState:
     """Drop a response's ledger once it is done and every ms of its audio was committed: its
     items keep their final transcripts. A hard-truncated response keeps its ledger, so later
-    acks stay capped (as in vLLM-Omni, ``reference/duplex-semantics.md`` §5.4 example 5)."""
+    acks stay capped (as in vLLM-Omni: docs/sources.md, "vLLM-Omni's ack-driven history", its
+    capping example)."""
     resp = state.responses.get(response_id)
     if resp is None or resp.active or not resp.acked:
         return state

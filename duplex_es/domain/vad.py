@@ -6,10 +6,10 @@ stays below it, speech is well above). Speech starts after :data:`MIN_SPEECH_MS`
 voiced audio; its ``audio_start_ms`` is moved back by ``prefix_padding_ms`` (never before the
 buffer's start). It stops once ``silence_duration_ms`` of unvoiced audio followed it (for
 ``semantic_vad``, the pause its ``eagerness`` allows); its
-``audio_end_ms`` includes that silence (``reference/realtime-protocol.md`` §1.7).
+``audio_end_ms`` includes that silence (docs/sources.md, "OpenAI turn detection").
 
 The detector is a pure function of its state and the samples, and its state after every append
-is logged with the append, so replay never runs it again (docs/protocol.md, Input).
+is logged with the append, so replay never runs it again (docs/protocol.md, "Turn detection").
 """
 
 from __future__ import annotations

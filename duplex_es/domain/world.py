@@ -1,5 +1,5 @@
-"""World sessions: interactive AR-diffusion ticks (docs/world.md; vLLM-Omni's tick protocol,
-``reference/ar-diffusion-ticks.md`` §1.2–§1.5).
+"""World sessions: interactive AR-diffusion ticks (docs/world.md, "The tick protocol"; vLLM-Omni's tick
+protocol: docs/sources.md, "vLLM-Omni's AR-diffusion tick protocol").
 
 An interaction is *accepted* when it is not a duplicate, not at or below the floor (the highest id
 of the last committed tick, or of the tick in flight) and the queue (pending plus in flight) has

@@ -84,7 +84,7 @@ class AudioFormat:
 
     ``audio/pcm`` is signed 16-bit little-endian mono at ``rate`` Hz (24000 is the GA rate;
     16000 is a duplex_es extension); ``audio/pcmu`` and ``audio/pcma`` are G.711 mu-law and
-    a-law at 8000 Hz, one byte per sample (``reference/realtime-protocol.md`` §1.9).
+    a-law at 8000 Hz, one byte per sample (docs/sources.md, "Audio formats").
     """
 
     type: str = "audio/pcm"
@@ -100,7 +100,8 @@ SEMANTIC_VAD_SILENCE_MS: dict[str, int] = {"low": 1200, "medium": 800, "auto": 8
 
 @attrs.frozen(kw_only=True)
 class TurnDetection:
-    """Turn detection settings, OpenAI's defaults (``reference/realtime-protocol.md`` §1.7).
+    """Turn detection settings, OpenAI's defaults (docs/protocol.md, "Turn detection";
+    docs/sources.md, "OpenAI turn detection").
 
     ``type`` is ``server_vad`` (an energy detector with ``threshold``, ``prefix_padding_ms`` and
     ``silence_duration_ms``) or ``semantic_vad`` (``eagerness`` sets how long a pause ends the

@@ -1,6 +1,6 @@
 """The beta Realtime dialect, for clients that send ``OpenAI-Beta: realtime=v1``.
 
-Beta and GA differ in names and shapes, not in meaning (``reference/realtime-protocol.md`` §1.4):
+Beta and GA differ in names and shapes, not in meaning (docs/sources.md, "GA and beta naming"):
 a beta client's events are translated to GA before parsing, and every GA server event is
 translated to its beta form before sending. The log holds one vocabulary whatever the dialect.
 """

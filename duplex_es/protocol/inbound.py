@@ -8,9 +8,10 @@ client's ``event_id``); :func:`parse_frame`, for transports, turns any problem i
 other refusal (docs/architecture.md, I3). Rules that need state (buffer length, active response, audio length)
 are the domain's.
 
-Names follow OpenAI Realtime GA (``reference/realtime-protocol.md`` §1.2) plus vLLM-Omni's
+Names follow OpenAI Realtime GA (docs/sources.md, "Realtime GA events") plus vLLM-Omni's
 duplex extensions (``input.text.append``, ``input.cancel``, ``barge_in``, ``playback.ack``,
-``turn.signal``, ``session.heartbeat``, ``session.close``); every client event may carry an
+``turn.signal``, ``session.heartbeat``, ``session.close``;
+docs/sources.md, "vLLM-Omni's client event names"); every client event may carry an
 ``expected_epoch`` fence. Beta-named events are translated first (:mod:`duplex_es.protocol.beta`).
 """
 
@@ -641,7 +642,7 @@ def _text_append(p: _P) -> Command:
 
 def _commit(p: _P) -> Command:
     """``input_audio_buffer.commit``, or vLLM-Omni's ``input.commit``, whose ``create_response``
-    defaults to true (``reference/duplex-semantics.md`` §2.1)."""
+    defaults to true (docs/sources.md, "vLLM-Omni's client event names")."""
     p.keys({"final", "create_response", "is_speech"})
     create = p.msg.get("create_response")
     if create is None:
@@ -918,7 +919,7 @@ _PARSERS: dict[str, Callable[[_P], Command]] = {
     "session.resume": _resume,  # type: ignore[dict-item]
 }
 
-#: vLLM-Omni's other names for client events (``reference/duplex-semantics.md`` §2.1): same
+#: vLLM-Omni's other names for client events (docs/sources.md, "vLLM-Omni's client event names"): same
 #: meaning, same validation. ``input.commit`` also starts a response unless told not to.
 _ALIASES = {
     "input.commit": "input_audio_buffer.commit",

@@ -110,7 +110,7 @@ SILENT_EVENT_TYPES = frozenset(
 )
 
 #: Largest audio payload per ``response.output_audio.delta`` (raw bytes), keeping every frame
-#: far below the 1 MiB that older ``websockets`` clients accept (``realtime-protocol.md`` §2.6).
+#: far below the 1 MiB that older ``websockets`` clients accept (docs/sources.md, "Client frame size").
 MAX_AUDIO_DELTA_BYTES = 192_000
 
 #: Largest audio ``conversation.item.retrieved`` carries inline; longer audio is omitted

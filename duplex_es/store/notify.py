@@ -2,7 +2,7 @@
 ``LISTEN/NOTIFY``), timed polls where it has none (SQLite).
 
 A notification is only a hint to re-read from the reader's own position, never the data and
-never a checkpoint (``reference/event-store-anchors.md`` §C.2): PostgreSQL does not store it, a
+never a checkpoint (docs/sources.md, "PostgreSQL: LISTEN/NOTIFY"): PostgreSQL does not store it, a
 dropped listener connection misses it, and identical notifications in one transaction are
 folded. So every wait has a timeout and the caller re-reads after it whether or not a
 notification came; a broken listener connection only degrades wake-ups to that polling.

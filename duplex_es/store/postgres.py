@@ -7,7 +7,7 @@
 * An append share-locks the ``session_owners`` rows it checks (``FOR SHARE``), so a concurrent
   move of the session waits for it; a claim commit locks its ``ticks`` row (``FOR UPDATE``).
 * Workers claim with one autocommit ``UPDATE … FOR UPDATE SKIP LOCKED … RETURNING``: concurrent
-  workers never wait on, or take, each other's tick (``reference/event-store-anchors.md`` §C.1).
+  workers never wait on, or take, each other's tick (docs/sources.md, "PostgreSQL: SKIP LOCKED").
 * Wake-ups are ``LISTEN``/``NOTIFY``: statement-level triggers (migration 0003) notify at commit.
 """
 

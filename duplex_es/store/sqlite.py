@@ -3,7 +3,7 @@
 SQLite has one write lock per file and no row locks, so every write transaction (appends,
 claims, ownership) starts with ``BEGIN IMMEDIATE``: the writer takes the lock before it reads (a
 deferred transaction that reads first can fail with ``SQLITE_BUSY`` at the upgrade without the
-busy handler running — ``reference/event-store-anchors.md`` §C.6). That lock alone orders
+busy handler running — docs/sources.md, "SQLite: WAL and the write lock"). That lock alone orders
 positions by commit and keeps what an append read unchanged until it commits. Writers inside one
 process also queue on a ``threading.Lock`` first, so only one connection per process ever waits
 on SQLite's. Readers never block in WAL mode; there is no notification between processes, so

@@ -5,7 +5,7 @@ A durable commit costs an fsync (SQLite WAL with ``synchronous=FULL``) or a WAL 
 round trip (PostgreSQL), whatever it holds; under the global-order lock only one commit runs at
 a time. So commands that arrive while a commit is in flight wait for it and then share the next
 one — the batching of effect-cqrs' PostgreSQL store and of ObneyAI/grain's SQLite write queue
-(``reference/event-store-anchors.md`` §C.4, §C.6). One command alone pays nothing extra: with
+(docs/sources.md, "Group commit in other event stores"). One command alone pays nothing extra: with
 the default window of 0 the writer never waits for company, it takes what is queued. On SQLite
 the server commits on its event loop instead (``inline``): the commands decided in one turn of
 the loop share the transaction, with no thread and no GIL hand-offs in between.
