@@ -360,6 +360,10 @@ class DuplexSessions:
                 self.hosts[session_id] = host  # owned here: never leave it unhosted
             raise ResumeRefused(outcome.event.code, outcome.event.message, outcome.event.param)
         self.hosts[session_id] = host
+        # A host rebuilt here was not in ``hosts`` while it resumed, so the log follower could
+        # not wake it for a worker output committed meanwhile: fold whatever that was now, or the
+        # response would wait for the client's next command (two servers, one session).
+        await host.catch_up()
         return host
 
     async def reap(self, now: Optional[int] = None) -> list[str]:
