@@ -54,6 +54,7 @@ from duplex_es.events import (
     TickOutput,
     TickAnswer,
     TickRequest,
+    Refusal,
 )
 from duplex_es.store import EventLog
 
@@ -84,8 +85,8 @@ class Replay:
 
 def verdict_of(before: Any, ev: Event) -> str:
     """``accepted``, ``rejected: <code>``, ``discarded: <reason>`` or ``decided`` (session reactions)."""
-    if isinstance(ev, (CommandRejected, InteractionRejected)):
-        return f"rejected: {ev.code}"
+    if isinstance(ev, Refusal):
+        return f"rejected: {ev.code}"  # type: ignore[attr-defined]
     if isinstance(ev, TickAnswer):
         v = kind_of(before).judge(before, ev)
         return v.kind if v.accepted else f"{v.kind}: {v.reason}"
@@ -224,7 +225,17 @@ def _summarize_world(ev: Event) -> str:
         return f"epoch={ev.epoch} floor={ev.floor} cancelled={list(ev.cancelled_request_ids)} discarded={list(ev.discarded_event_ids)}"
     if isinstance(ev, WorldClosed):
         return f"reason={ev.reason} discarded={list(ev.discarded_event_ids)}"
-    return ""
+    return _fields(ev)
+
+
+def _fields(ev: Event) -> str:
+    """The first fields of an event no summary above knows (another kind's, say), as
+    ``name=value``, each cut to 40 characters."""
+    shown = []
+    for field in attrs.fields(type(ev))[:5]:
+        text = repr(getattr(ev, field.name))
+        shown.append(f"{field.name}={text if len(text) <= 40 else text[:37] + '...'}")
+    return " ".join(shown)
 
 
 def replay(log: EventLog, session_id: str, *, at: Optional[int] = None) -> Replay:

@@ -120,9 +120,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     wanted = set(config.getoption("--invariant"))
     if not wanted:
         return
-    keep, drop = [], []
+    keep, drop, seen = [], [], set()
     for item in items:
         names = {n for m in item.iter_markers("invariant") for n in m.args}
+        seen |= names
         (keep if names & wanted else drop).append(item)
+    if wanted - seen:
+        raise pytest.UsageError(f"--invariant: no collected test is marked with {sorted(wanted - seen)} (marked: {sorted(seen)})")
     config.hook.pytest_deselected(items=drop)
     items[:] = keep

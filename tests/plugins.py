@@ -33,3 +33,13 @@ class FailingSpeech(CascadeSpeechEngine):
         if ctx.tick.chunk_index == 1:
             raise EngineError("engine_failed", "the test model fell over on chunk 1")
         return super().step(ctx)
+
+
+class WrongKind:
+    """An engine for a tick kind no worker runs (``video``): the worker refuses to load it."""
+
+    name = "wrong-kind"
+    kinds = ("video",)
+
+    def step(self, ctx):  # type: ignore[no-untyped-def]
+        raise AssertionError("never run")

@@ -28,6 +28,8 @@ __all__ = ["main", "build_parser"]
 
 # Piped output keeps whole session ids instead of rich's 80-column default.
 console = Console() if Console().is_terminal or "COLUMNS" in os.environ else Console(width=200)
+#: Errors go to stderr, so a command's output piped to a file (export, replay) stays clean.
+errors = Console(stderr=True)
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -121,16 +123,36 @@ def _load_plugin(spec: str) -> object:
         raise CliError(f"--engine-plugin {spec!r}: expected module:Class")
     try:
         cls = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as exc:
+        hint = " (is its folder on PYTHONPATH?)" if exc.name == module.split(".")[0] else ""
+        raise CliError(f"--engine-plugin {spec!r}: {exc}{hint}") from exc
     except (ImportError, AttributeError) as exc:
         raise CliError(f"--engine-plugin {spec!r}: {exc}") from exc
-    return cls()
+    try:
+        engine = cls()
+    except Exception as exc:
+        raise CliError(f"--engine-plugin {spec!r}: {name}() failed: {type(exc).__name__}: {exc}") from exc
+    kinds = getattr(engine, "kinds", None)
+    if (
+        not isinstance(getattr(engine, "name", None), str)
+        or not isinstance(kinds, (tuple, list))
+        or not all(isinstance(k, str) for k in kinds)
+        or not callable(getattr(engine, "step", None))
+    ):
+        raise CliError(f"--engine-plugin {spec!r}: not an engine (it needs name: str, kinds: tuple of tick kinds and step(ctx); docs/architecture.md, Where to add things)")
+    from duplex_es.worker.contracts import CONTRACTS
+
+    unknown = sorted(set(kinds) - set(CONTRACTS))
+    if unknown:
+        raise CliError(f"--engine-plugin {spec!r}: unknown tick kinds {unknown}; this worker runs {sorted(CONTRACTS)}")
+    return engine
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from duplex_es.worker.runner import Worker
 
+    engines: list = [_load_plugin(spec) for spec in args.engine_plugin]  # before the database: a bad plugin creates nothing
     db = _open_db(args)
-    engines: list = [_load_plugin(spec) for spec in args.engine_plugin]
     kinds = {k for e in engines for k in e.kinds}
     if args.engine in ("speech", "all") and not {"speech", "transcription"} <= kinds:
         from duplex_es.worker.speech.asr import Recognizer
@@ -390,11 +412,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (DuplexError, ValueError, OSError) as exc:
         # One line, unwrapped, for whoever greps it; escaped, as a message may hold brackets (an
         # extra's name, a path) that are not markup.
-        console.print(f"[red]duplex-es {args.command}:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        errors.print(f"[red]duplex-es {args.command}:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 2
     except sa.exc.DBAPIError as exc:
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
-        console.print(f"[red]duplex-es {args.command}:[/] database error: {escape(reason)}", highlight=False, soft_wrap=True)
+        errors.print(f"[red]duplex-es {args.command}:[/] database error: {escape(reason)}", highlight=False, soft_wrap=True)
         return 2
 
 

@@ -3,7 +3,9 @@
 
 The decider, the reducer, the host, snapshots, replay and audit ask the session's kind for its
 state class, its tables and its clock; none of them names a kind (docs/architecture.md, "Session
-kinds"). Adding a kind is writing its modules and one line in ``kinds.KINDS``.
+kinds"). Adding a kind is writing its modules plus one registration line in each layer it
+reaches: ``kinds.KINDS`` here, the projection merge in ``protocol/wire.py``, the tick contracts
+in ``worker/contracts.py`` (and a route for its endpoint).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The event catalogue and its codec: the only vocabulary the log speaks."""
 
 from duplex_es.events.audio import audio_bytes, join_audio, segments_audio
-from duplex_es.events.base import Event, event, registry
+from duplex_es.events.base import Event, Refusal, event, registry
 from duplex_es.events.catalogue import *  # noqa: F401,F403
 from duplex_es.events.catalogue import __all__ as _catalogue_all
 from duplex_es.events.world import *  # noqa: F401,F403
@@ -19,6 +19,7 @@ from duplex_es.events.codec import (
 
 __all__ = [
     "Event",
+    "Refusal",
     "audio_bytes",
     "join_audio",
     "segments_audio",

@@ -12,7 +12,7 @@ from typing import Callable, ClassVar, TypeVar
 
 import attrs
 
-__all__ = ["Event", "event", "registry"]
+__all__ = ["Event", "Refusal", "event", "registry"]
 
 _REGISTRY: dict[str, type["Event"]] = {}
 
@@ -29,6 +29,12 @@ class Event:
 
     TYPE: ClassVar[str] = ""
     VERSION: ClassVar[int] = 1
+
+
+class Refusal(Event):
+    """Role of an event that records a refused command (``command.rejected``, a world session's
+    ``world.interaction.rejected``): it has ``code``, ``message`` and ``param``, and changes no
+    derived state (docs/architecture.md, I3). Replay and audit find refusals by this role."""
 
 
 def event(type_name: str, version: int = 1) -> Callable[[E], E]:

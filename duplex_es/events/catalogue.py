@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 import attrs
 
-from duplex_es.events.base import Event, event
+from duplex_es.events.base import Event, Refusal, event
 from duplex_es.events.ticks import TickAnswer, TickCanceller, TickRequest
 
 __all__ = [
@@ -429,7 +429,7 @@ class CommandDeduplicated(Event):
 
 
 @event("command.rejected")
-class CommandRejected(Event):
+class CommandRejected(Refusal):
     """A client command that was refused. It changes no derived state (docs/architecture.md, I3).
 
     ``code`` is the error code the client can branch on, ``param`` the offending field, and

@@ -1,5 +1,5 @@
 """The tick machinery every session kind shares, as the log sees it (docs/architecture.md,
-"Ticks").
+"Session kinds" and "Ticks and workers").
 
 A *tick* is one engine step: the session appends a tick snapshot (a :class:`TickRequest`), a
 worker claims it, runs an engine and appends its answer (a :class:`TickAnswer`), which echoes

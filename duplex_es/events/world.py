@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import attrs
 
-from duplex_es.events.base import Event, event
+from duplex_es.events.base import Event, Refusal, event
 from duplex_es.events.ticks import TickAnswer, TickCanceller, TickRequest
 
 __all__ = [
@@ -101,7 +101,7 @@ class InteractionAccepted(Event):
 
 
 @event("world.interaction.rejected")
-class InteractionRejected(Event):
+class InteractionRejected(Refusal):
     """An interaction refused at admission (``duplicate_event``, ``stale_event``, ``queue_full``,
     ``invalid_interaction``, ``session_failed``, ...); changes nothing (docs/architecture.md, I3)."""
 

@@ -54,6 +54,11 @@ class EngineOutput:
     ``new_item`` starts a new output item with this chunk; ``final`` ends the response,
     ``incomplete_reason`` (e.g. ``max_output_tokens``) ending it ``incomplete``;
     ``input_transcripts`` report what the engine heard.
+
+    ``new_item`` is for a *second* (third, ...) output item: ``response.created`` already
+    opened the response's first item, so ``new_item`` on a response's first chunk leaves an
+    empty item before it (the reference engine sets it on the first chunk of each later
+    sentence only).
     """
 
     echo: TickIdentity

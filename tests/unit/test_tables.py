@@ -48,5 +48,11 @@ def test_every_command_has_a_decider_and_every_client_command_a_parser():
     world = {named("world").command_types[c] for c in named("world").deciders}
     assert set(COMMAND_TYPES.values()) - speech - _DECIDED_UP_FRONT == set(), "commands no speech decider takes"
     assert {"session.detach", "session.expire", "session.pump", "session.resume"} <= world
+    from duplex_es.domain import Detach, Expire, Pump, Resume
+
+    for kind in KINDS:  # any kind: each named command is decided or opens the session; the host's own are decided
+        undecided = {cmd for cmd in kind.command_types if cmd not in kind.deciders and cmd is not kind.start_command}
+        assert undecided <= {c for c in kind.command_types if kind.command_types[c] in _DECIDED_UP_FRONT}, (kind.name, undecided)
+        assert {Detach, Expire, Pump, Resume} <= set(kind.deciders), kind.name
     client = set(COMMAND_TYPES.values()) - _INTERNAL
     assert client - CLIENT_EVENT_TYPES == set(), "client commands no parser reads"
