@@ -78,7 +78,7 @@ def test_without_entry_points_the_tool_commands_still_exist_and_say_what_to_inst
     # The install predates the entry-point group, or the tooling is not in it.
     monkeypatch.setattr(discovery, "entry_points", lambda group: [])
     assert main(["chaos", "--kills", "3"]) == 2
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err  # errors go to stderr
     assert "duplex-es chaos: comes with duplex_es's tooling" in out and HINT in out
     with pytest.raises(SystemExit) as exc:  # a runtime command still refuses what it does not know
         main(["sessions", "--kills", "3"])
@@ -106,7 +106,7 @@ def test_a_module_missing_mid_run_names_the_extra_but_a_bug_of_the_project_is_no
     entries = [EntryPoint(name, f"{__name__}:{attr}", ENTRY_POINT_GROUP) for name, attr in (("unlisted", "UNLISTED"), ("broken", "BROKEN"))]
     monkeypatch.setattr(discovery, "entry_points", lambda group: entries if group == ENTRY_POINT_GROUP else [])
     assert main(["unlisted"]) == 2
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err  # errors go to stderr
     assert "duplex-es unlisted: needs the module a_module_nobody_installed, not installed" in out
     assert "pip install 'duplex-es[extras-of-it]'" in out
     with pytest.raises(ModuleNotFoundError, match="duplex_es.a_module_that_does_not_exist"):
