@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
+import hashlib
+import itertools
 import secrets
 import time
 from typing import Any, AsyncIterator, Callable, Iterable, Optional, Protocol
@@ -72,15 +73,19 @@ class SessionMoved(SessionError):
         super().__init__(f"session {session_id} moved to another server ({reason})")
 
 
-#: Ids are not secrets (resume tokens are, and come from :mod:`secrets`): a PRNG seeded once
-#: from the OS gives them. The profile of issue 6's load test found ``os.urandom`` — about 70 µs
-#: a call on this VM, eight ids per command — to be the server's largest single cost.
-_ids = random.Random(secrets.randbits(128))
+#: Ids must be unguessable (a session id names a session), but ``os.urandom`` per id — about
+#: 70 µs a call on this VM, eight ids per command — was the largest single cost in issue 6's
+#: load test. So ids are a keyed BLAKE2b (a PRF) of a counter, under a 256-bit key drawn once
+#: from the OS: as unpredictable as the key, at about 1 µs an id.
+_id_key = secrets.token_bytes(32)
+_id_counter = itertools.count()
 
 
 def new_id(prefix: str) -> str:
-    """A fresh id such as ``item_1f0c9a3b5e7d2468`` (64 random bits)."""
-    return f"{prefix}_{_ids.getrandbits(64):016x}"
+    """A fresh id such as ``item_1f0c9a3b5e7d2468`` (64 bits, unpredictable without the
+    process's key)."""
+    block = hashlib.blake2b(next(_id_counter).to_bytes(8, "little"), key=_id_key, digest_size=8)
+    return f"{prefix}_{block.hexdigest()}"
 
 
 def now_ms() -> int:
@@ -450,7 +455,9 @@ class SessionHost:
     async def _publish(self, records: Iterable[Recorded], *, quiet: bool = False) -> None:
         for r in records:
             applied = self.core.apply(r.seq, r.event)
-            wires = self.core.wires(applied, await self._audio_for(applied))
+            # Only a retrieve reads logged audio: no await on the wire loop for anything else.
+            audio = await self._audio_for(applied) if self.core.audio_wanted(applied.event, applied.after) is not None else None
+            wires = self.core.wires(applied, audio)
             WIRE_EVENTS.inc(len(wires))
             if self._queue is not None and not quiet:
                 for wire in self.core.revealed(r.event, wires):
