@@ -87,7 +87,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"duplex-es serve: --model: {err}", file=sys.stderr)
         return 2
-    db = _open_db(args)
+    _open_db(args).dispose()  # migrate without a bound: a migration may run long
+    db = Database(args.db, synchronous=args.sqlite_synchronous, write_timeout_ms=args.commit_timeout_ms)
     app = create_app(
         db,
         api_key=args.api_key,
@@ -100,6 +101,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         owner_ttl_ms=args.owner_ttl_ms,
         group_commit_window_ms=args.group_commit_window_ms,
         models=models,
+        commit_timeout_ms=args.commit_timeout_ms,
     )
     uvicorn.run(
         app,
@@ -332,6 +334,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--group-commit-window-ms", type=_window_ms, default=0.0,
         help="how long the group-commit writer waits for more commands before a commit (ms; default 0: "
         "commit what is queued at once)",
+    )
+    p.add_argument(
+        "--commit-timeout-ms", type=positive_int, default=2000,
+        help="how long a command waits for the log (a write lock held elsewhere, a stuck statement) before it is "
+        "refused with log_unavailable, nothing applied (ms; default 2000)",
     )
     p.add_argument(
         "--model", action="append", metavar="NAME=ENGINE",

@@ -39,6 +39,7 @@ class Code:
     UNSUPPORTED_MODALITIES = "unsupported_output_modalities"
     UNSUPPORTED_VOICE = "unsupported_voice"
     INSTRUCTIONS_TOO_LONG = "instructions_too_long"
+    LOG_UNAVAILABLE = "log_unavailable"  # the log could not store the command: nothing applied, retry
 
     # Input.
     INVALID_AUDIO_BASE64 = "invalid_audio_base64"
@@ -92,4 +93,5 @@ class Code:
 ERROR_TYPES: dict[str, str] = {
     Code.TICK_IDENTITY_MISMATCH: "server_error",
     Code.ENGINE_FAILED: "server_error",
+    Code.LOG_UNAVAILABLE: "server_error",
 }

@@ -41,6 +41,7 @@ def create_app(
     owner_ttl_ms: int = 10_000,
     group_commit_window_ms: float = 0.0,
     models: ModelMap | None = None,
+    commit_timeout_ms: float = 2000.0,
 ) -> Starlette:
     """Build the server for one database.
 
@@ -54,6 +55,8 @@ def create_app(
             sharing the database, and group commit (see
             :class:`~duplex_es.server.sessions.DuplexSessions`).
         models: the model names served and their engines (default: any name, one engine).
+        commit_timeout_ms: the longest a command waits for the log's write lock before it is
+            refused with ``log_unavailable`` (ms).
     """
     sessions = DuplexSessions(
         db,
@@ -66,6 +69,7 @@ def create_app(
         owner_ttl_ms=owner_ttl_ms,
         group_commit_window_ms=group_commit_window_ms,
         models=models,
+        commit_timeout_ms=commit_timeout_ms,
     )
 
     @contextlib.asynccontextmanager
@@ -111,9 +115,15 @@ async def session_state(request: Request) -> Response:
     return JSONResponse({"session_id": session_id, "live": live, "seq": state.seq, "state": to_plain(state)})
 
 async def healthz(request: Request) -> Response:
-    """``GET /healthz``: up, how many sessions it hosts, and which database."""
+    """``GET /healthz``: up, how many sessions it hosts, which kind of database (never its URL),
+    and how the log is doing (``log``, :meth:`DuplexSessions.log_health`). ``status`` is
+    ``degraded`` while the log is; the answer is always HTTP 200 (the server itself is up and
+    serving what does not need the database) and never waits for the database."""
     server: Server = request.app.state.server
-    return JSONResponse({"status": "ok", "sessions": len(server.sessions.hosts), "database": server.db.describe()})
+    log_health = server.sessions.log_health()
+    return JSONResponse(
+        {"status": log_health["status"], "sessions": len(server.sessions.hosts), "database": server.db.backend.name, "log": log_health}
+    )
 
 async def metrics(request: Request) -> Response:
     """``GET /metrics``: Prometheus metrics."""

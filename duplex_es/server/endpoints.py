@@ -20,12 +20,14 @@ import attrs
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from duplex_es.domain import CloseSession, Code, Invalid
+from duplex_es.domain.errors import ERROR_TYPES
+from duplex_es.domain.rules import COMMAND_TYPES
 from duplex_es.domain.world import StartWorld, WorldState
 from duplex_es.protocol import CommandError, ResumeRequest, encode_wire, parse_frame, resume_from_query, wire_to_beta
 from duplex_es.protocol.world import parse_world_frame
 from duplex_es.server.host import SessionHost, new_id, now_ms
 from duplex_es.server.sessions import DuplexSessions, ModelNotServed, ResumeRefused
-from duplex_es.store import Database
+from duplex_es.store import Database, LogUnavailable
 
 __all__ = ["Server", "realtime", "world"]
 
@@ -134,7 +136,7 @@ async def realtime(ws: WebSocket) -> None:
             # A malformed session.resume is refused like any bad input, and a corrected one
             # may follow.
             unused = unused and getattr(command, "command_type", None) == "session.resume"
-            if not await host.submit(command, listener=me):
+            if not await _submit(host, command, me):
                 break  # replaced: the command came after another client took the session
         # Replaced by a resume elsewhere: this connection no longer speaks for the session.
         clean = host.ended.is_set() or host.listener != me
@@ -196,7 +198,7 @@ async def world(ws: WebSocket) -> None:
                 continue
             if isinstance(command, ResumeRequest):
                 command = _resume_not_first(command)
-            if not await host.submit(command, listener=me):
+            if not await _submit(host, command, me):
                 break
         clean = host is not None and (host.ended.is_set() or host.listener != me)
     except WebSocketDisconnect:
@@ -211,9 +213,26 @@ async def world(ws: WebSocket) -> None:
         log.info("world session %s: connection ended", host.session_id if host is not None else session_id)
 
 
+async def _submit(host: SessionHost, command: object, me: int) -> bool:
+    """``host.submit`` for a connection's loop: a command the log could not store (busy past
+    the writer's bound, or failing) is answered with a ``log_unavailable`` error and the
+    connection goes on — nothing of the command was applied, so the client may send it again
+    (docs/security.md, "No global stalls"). Returns ``False`` when ``me`` was replaced."""
+    try:
+        return await host.submit(command, listener=me)  # type: ignore[arg-type]
+    except LogUnavailable as exc:
+        what = getattr(command, "command_type", None) or COMMAND_TYPES.get(type(command), type(command).__name__)
+        event_id = getattr(command, "event_id", None)
+        log.warning("session %s: %s (event_id %s) not stored: %s", host.session_id, what, str(event_id)[:64], exc)
+        message = f"{what} (event_id {str(event_id)[:64]}) was not applied: {exc}; send it again"
+        host.tell(_error(Code.LOG_UNAVAILABLE, message, None, event_id))
+        return True
+
+
 def _error(code: str, message: str, param: str | None, event_id: str | None) -> dict:
     """An ``error`` told to this connection only (it belongs to no session's log stream)."""
-    error = {"type": "invalid_request_error", "code": code, "message": message, "param": param, "event_id": event_id}
+    kind = ERROR_TYPES.get(code, "invalid_request_error")
+    error = {"type": kind, "code": code, "message": message, "param": param, "event_id": event_id}
     return {"type": "error", "event_id": new_id("event"), "error": error}
 
 

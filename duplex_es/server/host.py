@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+
+import sqlalchemy as sa
 import hashlib
 import itertools
 import secrets
@@ -29,7 +31,8 @@ from duplex_es.domain.lease import resume_events
 from duplex_es.events import CommandRejected, SessionResumed
 from duplex_es.server.core import MAX_REPLAY_EVENTS, Applied, ModelResolver, SessionCore, idempotency_key
 from duplex_es.snapshots import load_state, save_snapshot
-from duplex_es.store import EventLog, Fence, GroupCommitWriter, OwnershipLost, Recorded, SnapshotStore, WrongExpectedSeq
+from duplex_es.store import EventLog, Fence, GroupCommitWriter, LogUnavailable, OwnershipLost, Recorded, SnapshotStore, WrongExpectedSeq
+from duplex_es.store.database import DRIVER_ERRORS
 
 __all__ = ["Acquirer", "SessionHost", "SessionMoved", "idempotency_key", "new_id", "now_ms", "ModelResolver", "MAX_REPLAY_EVENTS"]
 
@@ -45,6 +48,8 @@ APPEND_SECONDS = Histogram(
 
 #: How many times a command is re-decided after losing an append race to a worker.
 MAX_RETRIES = 50
+#: After a pump found the log unavailable, how long until the session is pumped again (s).
+PUMP_RETRY_S = 0.1
 
 _END = object()
 
@@ -180,7 +185,9 @@ class SessionHost:
         Raises:
             SessionMoved: the session moved to another server (for callers without a
                 ``listener``; a listener's stream gets ``session.replaced`` and ends).
-            sqlalchemy.exc.DBAPIError: the log could not be written (nothing was published).
+            LogUnavailable: the log could not store the command's events (busy past the
+                writer's bound, or failing): nothing of it was applied or published, and the
+                client may send it again.
         """
         key = idempotency_key(command)
         command = self.core.resolved(command)
@@ -300,6 +307,9 @@ class SessionHost:
                 await self._pump()
             except SessionMoved:
                 pass  # the listener was told; the new owner advances the session
+            except (LogUnavailable, sa.exc.DBAPIError, *DRIVER_ERRORS) as exc:
+                # The follower or the timer calls again; the log holds what is not yet folded.
+                log.warning("session %s: catch-up postponed: %s", self.session_id, str(exc).splitlines()[0][:300])
 
     def attach(self) -> int:
         """Start a fresh event stream for a new listener (events from now on); the previous
@@ -383,6 +393,11 @@ class SessionHost:
                 await self._catch_up(adopt=True)  # show what the new owner did, then let go
                 self._lose(f"owned by {lost.owner_id} at generation {lost.generation}")
                 raise SessionMoved(self.session_id, self.moved or "moved") from lost
+            except (sa.exc.DBAPIError, *DRIVER_ERRORS) as exc:
+                # Nothing was published, so the state is as before; if the commit happened after
+                # all (a lost reply), the next append finds the log ahead and catches up.
+                first_line = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+                raise LogUnavailable("failed", first_line, 0.0) from exc
             if result.duplicate:
                 # A retry of an applied command (same event_id, same content): recorded, not
                 # applied again; the client got (or a resume re-sends) the first one's events.
@@ -427,9 +442,16 @@ class SessionHost:
     async def _pump(self) -> None:
         # A worker output may let a response advance (next tick) or end (response.done).
         # One step may enable the next (a response ends, a deferred one starts): pump until quiet.
-        for _ in range(4):
-            if not await self._execute(self.core.pump(), None):
-                break
+        try:
+            for _ in range(4):
+                if not await self._execute(self.core.pump(), None):
+                    break
+        except LogUnavailable as exc:
+            # The command that led here is committed and told; what it enables is decided
+            # again shortly (a pump decides from the state, so nothing is lost by waiting).
+            log.warning("session %s: pump postponed: %s", self.session_id, exc)
+            asyncio.get_running_loop().call_later(PUMP_RETRY_S, lambda: asyncio.create_task(self.catch_up()))
+            return
         self._schedule_wakeup()
 
     def _schedule_wakeup(self) -> None:

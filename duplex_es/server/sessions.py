@@ -9,12 +9,14 @@ TTL ran out, appending the time it used (docs/architecture.md, I11).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import logging
 import os
 import secrets
 import socket
-from typing import Optional
+import time
+from typing import Any, Optional
 
 import attrs
 
@@ -38,6 +40,9 @@ from duplex_es.store import (
     SessionOwners,
     SnapshotStore,
 )
+
+#: An append waiting longer than this (ms) makes ``/healthz`` report the log as degraded.
+DEGRADED_WAIT_MS = 100
 
 __all__ = ["DuplexSessions", "ModelNotServed", "ResumeRefused", "DEFAULT_MODEL", "default_server_id", "new_resume_token", "token_digest"]
 
@@ -126,6 +131,8 @@ class DuplexSessions:
             before committing (0: it commits what is queued at once).
         models: which model names this server serves, by which engine (default: any name,
             by :data:`~duplex_es.server.models.DEFAULT_ENGINE`).
+        commit_timeout_ms: how long a command may wait for the log's write lock before it is
+            refused with ``log_unavailable`` (ms; docs/security.md, "No global stalls").
     """
 
     def __init__(
@@ -141,6 +148,7 @@ class DuplexSessions:
         owner_ttl_ms: int = DEFAULT_OWNER_TTL_MS,
         group_commit_window_ms: float = 0.0,
         models: Optional[ModelMap] = None,
+        commit_timeout_ms: float = 2000.0,
     ) -> None:
         self.models = models or ModelMap()
         if not MIN_OWNER_TTL_MS <= owner_ttl_ms <= MAX_OWNER_TTL_MS:
@@ -149,7 +157,14 @@ class DuplexSessions:
         self.log = EventLog(db)
         self.owners = SessionOwners(db, ttl_ms=owner_ttl_ms)
         # The backend says whether commits run on the event loop itself (GroupCommitWriter's ``inline``).
-        self.writer = GroupCommitWriter(self.log, window_ms=group_commit_window_ms, inline=db.backend.group_commit_inline)
+        self.writer = GroupCommitWriter(
+            self.log, window_ms=group_commit_window_ms, inline=db.backend.group_commit_inline, timeout_ms=commit_timeout_ms
+        )
+        self._maintenance: Any = None
+        # Blocking database calls run in threads; a database that stalls holds each for up to
+        # its write timeout, so give them more than asyncio's default of cores + 4, lest the
+        # reads of unaffected sessions (the log follower, loads) queue behind the stalled ones.
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="duplex-es-io")
         self.snapshots = SnapshotStore(db)
         self.snapshot_every = snapshot_every
         self.idle_ttl_ms = idle_ttl_ms
@@ -164,6 +179,8 @@ class DuplexSessions:
     async def start(self) -> None:
         """Recover the sessions a previous server left open, then start following the log and
         reaping leases."""
+        asyncio.get_running_loop().set_default_executor(self._executor)
+        self._maintenance = self.log.db.backend.start_maintenance(self.log.db.engine)
         await asyncio.to_thread(self.owners.renew, self.server_id)
         await self.recover()
         await self._follower.start()
@@ -181,6 +198,26 @@ class DuplexSessions:
                 except asyncio.CancelledError:
                     pass
         await asyncio.to_thread(self.writer.close)
+        if self._maintenance is not None:
+            await asyncio.to_thread(self._maintenance.close)
+            self._maintenance = None
+
+    def log_health(self) -> dict[str, Any]:
+        """The log as this server saw it lately, for ``/healthz``: ``status`` is ``degraded``
+        while an append has waited more than :data:`DEGRADED_WAIT_MS` or the latest append
+        failed (busy or failing) with none committed since, else ``ok``. Touches no database,
+        so it answers at once however the database is doing."""
+        h = self.writer.health()
+        now = time.monotonic()
+        failing = h.last_failure_at is not None and (h.last_commit_at is None or h.last_commit_at < h.last_failure_at)
+        status = "degraded" if failing or h.oldest_waiting_ms > DEGRADED_WAIT_MS else "ok"
+        return {
+            "status": status,
+            "oldest_waiting_ms": round(h.oldest_waiting_ms, 1),
+            "last_commit_s_ago": None if h.last_commit_at is None else round(now - h.last_commit_at, 3),
+            "last_failure": h.last_failure,
+            "last_failure_s_ago": None if h.last_failure_at is None else round(now - h.last_failure_at, 3),
+        }
 
     async def open_session(self, model: Optional[str] = None) -> SessionHost:
         """Create a session for ``model`` (``None``: the model map's default name) and return

@@ -21,7 +21,8 @@ from duplex_es.store.notify import EVENTS_CHANNEL, TICKS_CHANNEL, Wakeup
 from duplex_es.store.ownership import DEFAULT_OWNER_TTL_MS, Fence, OwnershipLost, SessionOwned, SessionOwners
 from duplex_es.store.snapshots import SnapshotStore, StoredSnapshot
 from duplex_es.store.ticks import Claim, ClaimLost, CommitResult, TickQueue
-from duplex_es.store.writer import GroupCommitWriter
+from duplex_es.store.backend import WriteLockBusy
+from duplex_es.store.writer import GroupCommitWriter, LogHealth, LogUnavailable
 
 __all__ = [
     "ANY_SEQ",
@@ -30,6 +31,9 @@ __all__ = [
     "EVENTS_CHANNEL",
     "Fence",
     "GroupCommitWriter",
+    "LogHealth",
+    "LogUnavailable",
+    "WriteLockBusy",
     "OwnershipLost",
     "SessionOwned",
     "SessionOwners",

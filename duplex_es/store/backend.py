@@ -39,6 +39,7 @@ __all__ = [
     "Backend",
     "ClaimedRow",
     "DatabaseNotFound",
+    "WriteLockBusy",
     "EngineOptions",
     "Listener",
     "Transactions",
@@ -54,6 +55,12 @@ ClaimedRow = tuple[str, str, int, str, int, str, int, str]
 
 class DatabaseNotFound(LogError, FileNotFoundError):
     """A database file (or its folder) that should exist does not (embedded backends)."""
+
+
+class WriteLockBusy(LogError):
+    """A write transaction that must not wait (:meth:`Backend.begin_nowait`) found the write
+    lock taken — by another thread of this process or by another process. Nothing was written;
+    the caller may try again later."""
 
 
 def driver_connection(conn: Connection) -> Any:
@@ -83,11 +90,18 @@ class EngineOptions:
         busy_timeout_ms: how long a writer waits for another process's write lock (ms).
         create: a missing embedded database file may be created; ``False`` for commands that
             only read.
+        write_timeout_ms: if set, the longest a write transaction may wait for a lock or run
+            one statement before it fails (ms): SQLite's busy timeout becomes at most this,
+            PostgreSQL's writes run with ``lock_timeout`` and ``statement_timeout`` set to it.
+            So a stuck writer holds up the others for a bounded time (docs/security.md, "No
+            global stalls"). A server sets it; migrations, which may legitimately run long,
+            use a database without it.
     """
 
     synchronous: str = "FULL"
     busy_timeout_ms: int = 30_000
     create: bool = True
+    write_timeout_ms: Optional[int] = None
 
 
 class Transactions(Protocol):
@@ -186,6 +200,35 @@ class Backend(abc.ABC):
         transaction begins (for databases with one file-level write lock, so that only one
         connection per process waits on it). None by default."""
         return contextlib.nullcontext()
+
+    def start_maintenance(self, engine: Engine) -> Optional[Any]:
+        """Start what a long-running server needs done beside its commits (SQLite: WAL
+        checkpoints in a thread of their own); returns an object with ``close()``, or ``None``."""
+        return None
+
+    def write_guard_nowait(self) -> ContextManager[Any]:
+        """:meth:`write_guard` taken without waiting.
+
+        Raises:
+            WriteLockBusy: another thread of this process holds it.
+        """
+        return self.write_guard()
+
+    def begin_nowait(self, raw: Any, begin_sql: str) -> None:
+        """Run ``begin_sql`` on the driver connection ``raw`` without waiting for the write lock
+        (for a commit on an event loop, which must never block on a lock).
+
+        Raises:
+            WriteLockBusy: the lock is held elsewhere; no transaction is open.
+        """
+        raw.execute(begin_sql)
+
+    def is_busy(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by a write, means the database was busy (a lock not granted
+        in time, a statement cancelled by its timeout) rather than that the write itself was
+        refused: the same write may succeed later, and the others of its batch need not be
+        retried one by one."""
+        return isinstance(exc, WriteLockBusy)
 
     @abc.abstractmethod
     def in_transaction(self, raw: Any) -> bool:

@@ -72,6 +72,9 @@ class Database:
         busy_timeout_ms: how long a SQLite writer waits for another process's write lock.
         create: a missing SQLite file may be created (its folder must exist); ``False`` for
             commands that only read.
+        write_timeout_ms: the longest a write may wait for a lock or run one statement (ms);
+            ``None``: as long as the database lets it (see
+            :class:`~duplex_es.store.backend.EngineOptions`).
 
     Attributes:
         url: the resolved URL (:func:`resolve_url`).
@@ -86,11 +89,17 @@ class Database:
     """
 
     def __init__(
-        self, url: str | None = None, *, synchronous: str = "FULL", busy_timeout_ms: int = 30_000, create: bool = True
+        self,
+        url: str | None = None,
+        *,
+        synchronous: str = "FULL",
+        busy_timeout_ms: int = 30_000,
+        create: bool = True,
+        write_timeout_ms: int | None = None,
     ):
         self.url = resolve_url(url)
         self.backend: Backend = backend_class(self.url)()
-        options = EngineOptions(synchronous=synchronous, busy_timeout_ms=busy_timeout_ms, create=create)
+        options = EngineOptions(synchronous=synchronous, busy_timeout_ms=busy_timeout_ms, create=create, write_timeout_ms=write_timeout_ms)
         self.engine: Engine = self.backend.create_engine(self.url, options)
 
     @property
@@ -107,12 +116,25 @@ class Database:
         return sa.engine.make_url(self.url).render_as_string(hide_password=True)
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[Connection]:
+    def write(self, *, wait: bool = True) -> Iterator[Connection]:
         """A write transaction that appends in global order (the backend's ``append_begin``);
-        commits on exit, rolls back on error."""
-        with self.backend.write_guard():
-            with self._begin(self.backend.append_begin) as conn:
-                yield conn
+        commits on exit, rolls back on error.
+
+        Args:
+            wait: ``False`` for a caller that must not block on a lock (a commit on an event
+                loop): if the write lock is taken, fail at once instead of waiting for it.
+
+        Raises:
+            WriteLockBusy: with ``wait=False``, the lock was taken; no transaction was opened.
+        """
+        if wait:
+            with self.backend.write_guard():
+                with self._begin(self.backend.append_begin) as conn:
+                    yield conn
+        else:
+            with self.backend.write_guard_nowait():
+                with self._begin(self.backend.append_begin, nowait=True) as conn:
+                    yield conn
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -123,12 +145,15 @@ class Database:
                 yield conn
 
     @contextlib.contextmanager
-    def _begin(self, begin_sql: str) -> Iterator[Connection]:
+    def _begin(self, begin_sql: str, *, nowait: bool = False) -> Iterator[Connection]:
         # Transaction control goes straight to the driver: it is on every append's path, and
         # SQLAlchemy's execution machinery cost more than the statements (issue 6 profile).
         with self.engine.connect() as conn:
             raw = driver_connection(conn)
-            raw.execute(begin_sql)
+            if nowait:
+                self.backend.begin_nowait(raw, begin_sql)
+            else:
+                raw.execute(begin_sql)
             try:
                 yield conn
             except BaseException:

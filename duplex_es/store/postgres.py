@@ -53,11 +53,26 @@ class PostgresBackend(Backend):
         return url
 
     def create_engine(self, url: str, options: EngineOptions) -> Engine:
-        """A plain autocommit engine: ``options`` concern embedded databases only.
+        """A plain autocommit engine. Of ``options`` only ``write_timeout_ms`` applies: each
+        write transaction then sets ``lock_timeout`` and ``statement_timeout`` (``SET LOCAL``,
+        in the same round trip as its ``BEGIN``), so a writer stuck on a lock or a slow
+        statement gives up after that long and releases the append lock, instead of stalling
+        the appends of every session of every server behind it.
 
         No pre-ping: it costs a round trip per transaction; a connection found broken is
         invalidated when its transaction fails, and the caller's retry gets a fresh one."""
+        if options.write_timeout_ms is not None:
+            bound = f"SET LOCAL lock_timeout = {int(options.write_timeout_ms)}; SET LOCAL statement_timeout = {int(options.write_timeout_ms)}"
+            self.append_begin = f"BEGIN; {bound}; SELECT pg_advisory_xact_lock({APPEND_LOCK_KEY})"
+            self.write_begin = f"BEGIN; {bound}"
         return sa.create_engine(url, isolation_level="AUTOCOMMIT")
+
+    def is_busy(self, exc: BaseException) -> bool:
+        """A lock not granted within ``lock_timeout`` (SQLSTATE 55P03) or a statement cancelled
+        by ``statement_timeout`` (57014)."""
+        if isinstance(exc, sa.exc.DBAPIError):
+            exc = exc.orig  # type: ignore[assignment]
+        return isinstance(exc, (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled)) or super().is_busy(exc)
 
     def in_transaction(self, raw: Any) -> bool:
         return raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE

@@ -12,18 +12,35 @@ wake-ups are timed polls.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, ContextManager, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Optional, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Engine
 
-from duplex_es.store.backend import Backend, ClaimedRow, DatabaseNotFound, EngineOptions, Transactions, driver_connection, pick_tick_sql
+from duplex_es.store.backend import (
+    Backend,
+    ClaimedRow,
+    DatabaseNotFound,
+    EngineOptions,
+    Transactions,
+    WriteLockBusy,
+    driver_connection,
+    pick_tick_sql,
+)
 
-__all__ = ["SqliteBackend"]
+if TYPE_CHECKING:
+    from duplex_es.store.checkpointer import Checkpointer
+
+__all__ = ["SqliteBackend", "WAL_SIZE_LIMIT"]
+
+#: A WAL larger than this (bytes) is truncated to it once wholly checkpointed (while a
+#: Checkpointer runs; SQLite's default keeps the largest size it ever reached).
+WAL_SIZE_LIMIT = 64 * 2**20
 
 
 class SqliteBackend(Backend):
@@ -42,15 +59,22 @@ class SqliteBackend(Backend):
 
     def __init__(self) -> None:
         self._write_lock = threading.Lock()
+        self._busy_timeout_ms = 30_000
+        #: Whether commits may run SQLite's WAL checkpoint themselves (``wal_autocheckpoint``);
+        #: a :class:`~duplex_es.store.checkpointer.Checkpointer` turns it off while it runs.
+        self.autocheckpoint = True
 
     def create_engine(self, url: str, options: EngineOptions) -> Engine:
         """An engine whose connections run in WAL mode with ``PRAGMA synchronous`` from
         ``options`` and a busy timeout, shareable across threads (the writer thread, the loop)."""
         self._check_path(url, options.create)
+        busy_ms = options.busy_timeout_ms if options.write_timeout_ms is None else min(options.busy_timeout_ms, options.write_timeout_ms)
+        self._busy_timeout_ms = int(busy_ms)
+        self.busy_timeout_ms = self._busy_timeout_ms
         engine = sa.create_engine(
             url,
             isolation_level="AUTOCOMMIT",
-            connect_args={"timeout": options.busy_timeout_ms / 1000, "check_same_thread": False},
+            connect_args={"timeout": self._busy_timeout_ms / 1000, "check_same_thread": False},
         )
 
         @sa.event.listens_for(engine, "connect")
@@ -58,7 +82,12 @@ class SqliteBackend(Backend):
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute(f"PRAGMA synchronous={options.synchronous}")
-            cur.execute(f"PRAGMA busy_timeout={int(options.busy_timeout_ms)}")
+            cur.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
+            if not self.autocheckpoint:
+                # A checkpoint inside a commit stalls whoever commits (docs/security.md, "No
+                # global stalls"): the Checkpointer's thread runs them instead.
+                cur.execute("PRAGMA wal_autocheckpoint=0")
+                cur.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             cur.close()
 
         return engine
@@ -77,6 +106,42 @@ class SqliteBackend(Backend):
     def write_guard(self) -> ContextManager[Any]:
         """The process's writer lock for this file."""
         return self._write_lock
+
+    def start_maintenance(self, engine: Engine) -> "Checkpointer":
+        """Take WAL checkpoints off the commit path for a server (:class:`Checkpointer`)."""
+        from duplex_es.store.checkpointer import Checkpointer
+
+        return Checkpointer(engine, self)
+
+    @contextlib.contextmanager
+    def write_guard_nowait(self) -> Iterator[None]:
+        if not self._write_lock.acquire(blocking=False):
+            raise WriteLockBusy("another writer of this process holds the SQLite write lock")
+        try:
+            yield
+        finally:
+            self._write_lock.release()
+
+    def begin_nowait(self, raw: Any, begin_sql: str) -> None:
+        """``BEGIN IMMEDIATE`` with the busy handler off: SQLite answers ``SQLITE_BUSY`` at once
+        when another process holds the write lock, instead of sleeping in the busy handler
+        (on an event loop, that sleep would stall every session)."""
+        raw.execute("PRAGMA busy_timeout=0")
+        try:
+            raw.execute(begin_sql)
+        except sqlite3.OperationalError as exc:
+            if self.is_busy(exc):
+                raise WriteLockBusy(f"another process holds the SQLite write lock ({exc})") from exc
+            raise
+        finally:
+            raw.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
+
+    def is_busy(self, exc: BaseException) -> bool:
+        if isinstance(exc, sa.exc.DBAPIError):
+            exc = exc.orig  # type: ignore[assignment]
+        return isinstance(exc, WriteLockBusy) or (
+            isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+        )
 
     def in_transaction(self, raw: Any) -> bool:
         return raw.in_transaction

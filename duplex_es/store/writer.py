@@ -8,7 +8,10 @@ one — the batching of effect-cqrs' PostgreSQL store and of ObneyAI/grain's SQL
 (docs/sources.md, "Group commit in other event stores"). One command alone pays nothing extra: with
 the default window of 0 the writer never waits for company, it takes what is queued. On SQLite
 the server commits on its event loop instead (``inline``): the commands decided in one turn of
-the loop share the transaction, with no thread and no GIL hand-offs in between.
+the loop share the transaction, with no thread and no GIL hand-offs in between. An inline commit
+never waits for a lock: if the write lock is taken it tries again a little later, and fails the
+waiting commands with :class:`LogUnavailable` once they have waited ``timeout_ms``; nothing of
+theirs was written (docs/security.md, "No global stalls").
 
 Each command keeps its own checks — fence, idempotency key, expected seq — run inside the shared
 transaction in arrival order (a later command sees an earlier one's events), and fails alone:
@@ -24,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import itertools
 import logging
 import threading
 import time
@@ -33,12 +37,14 @@ import attrs
 import sqlalchemy as sa
 from prometheus_client import Histogram
 
+from duplex_es.errors import LogError
 from duplex_es.events import Event
+from duplex_es.store.backend import WriteLockBusy
 from duplex_es.store.database import DRIVER_ERRORS
 from duplex_es.store.log import AppendRequest, AppendResult, EventLog
 from duplex_es.store.ownership import Fence
 
-__all__ = ["GroupCommitWriter"]
+__all__ = ["GroupCommitWriter", "LogHealth", "LogUnavailable"]
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +54,51 @@ BATCH_COMMANDS = Histogram(
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
 )
 
+#: Retry delays of an inline commit that found the write lock taken (s): short at first (a
+#: worker's commit holds it for a millisecond or so), then every 20 ms until the timeout.
+_BUSY_RETRY_S = (0.001, 0.002, 0.005, 0.01, 0.02)
+
+
+class LogUnavailable(LogError):
+    """The log could not commit an append: the database stayed busy (a lock not granted, a
+    statement timed out) past the writer's bound, or it failed. Nothing of the append was
+    written; the same command may be sent again.
+
+    Attributes:
+        reason: ``busy`` (the database was busy for ``waited_ms``) or ``failed`` (it refused).
+        waited_ms: how long the append waited before giving up (ms).
+    """
+
+    def __init__(self, reason: str, detail: str, waited_ms: float) -> None:
+        self.reason = reason
+        self.detail = detail
+        self.waited_ms = waited_ms
+        super().__init__(f"the log is unavailable ({reason} for {waited_ms:.0f} ms): {detail}")
+
+
+@attrs.define
+class LogHealth:
+    """What one writer saw of its database lately, for ``/healthz`` (read without touching the
+    database, so it answers at once whatever state the database is in).
+
+    Attributes:
+        last_commit_at: monotonic time (s) of the last commit, or ``None``.
+        last_failure_at: monotonic time (s) of the last append that failed busy or failed.
+        last_failure: what that failure said (bounded).
+        oldest_waiting_ms: how long the oldest append not yet committed has waited (ms).
+    """
+
+    last_commit_at: Optional[float]
+    last_failure_at: Optional[float]
+    last_failure: Optional[str]
+    oldest_waiting_ms: float
+
+
 @attrs.define
 class _Request:
     append: AppendRequest
     future: concurrent.futures.Future | asyncio.Future  # an asyncio one belongs to an awaiting loop
+    since: float = attrs.field(factory=time.monotonic)  # when it was queued (monotonic s)
 
 
 def _settle_async(settled: list[tuple[asyncio.Future, object]]) -> None:
@@ -81,19 +128,32 @@ class GroupCommitWriter:
             of ms (issue 6 row 10: 30 sessions held p99 246 ms in the thread, 56 ms inline).
             Not for PostgreSQL: a commit there waits on the network and on the other servers'
             append lock, which must not stall the loop. :meth:`submit` always uses the thread.
+            An inline commit never waits on a lock (:meth:`Database.write` with ``wait=False``).
+        timeout_ms: how long an inline append may wait for the write lock before it fails with
+            :class:`LogUnavailable` (ms). (In the thread, the database's own ``write_timeout_ms``
+            bounds the wait.)
     """
 
-    def __init__(self, log: EventLog, *, window_ms: float = 0.0, max_batch: int = 512, inline: bool = False) -> None:
-        if window_ms < 0 or max_batch < 1:
-            raise ValueError("window_ms must be >= 0 and max_batch >= 1")
+    def __init__(
+        self, log: EventLog, *, window_ms: float = 0.0, max_batch: int = 512, inline: bool = False, timeout_ms: float = 2000.0
+    ) -> None:
+        if window_ms < 0 or max_batch < 1 or timeout_ms <= 0:
+            raise ValueError("window_ms must be >= 0, max_batch >= 1 and timeout_ms > 0")
         self.log = log
         self.inline = inline
         self.window_ms = window_ms
         self.max_batch = max_batch
+        self.timeout_ms = timeout_ms
         self.transactions = 0  #: commits made (for operators and benchmarks)
         self.commands = 0  #: commands committed or refused
         self._pending: collections.deque[_Request] = collections.deque()
         self._inline: list[_Request] = []  # awaited appends of this turn of the loop (inline)
+        self._inline_scheduled = False
+        self._busy_tries = 0  # consecutive inline attempts that found the lock taken
+        self._in_flight_since: Optional[float] = None  # the thread's batch being committed
+        self._last_commit_at: Optional[float] = None
+        self._last_failure_at: Optional[float] = None
+        self._last_failure: Optional[str] = None
         self._cond = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
@@ -147,7 +207,8 @@ class GroupCommitWriter:
             if self._closed:
                 raise RuntimeError("the group-commit writer is closed")
             self._inline.append(req)
-            if len(self._inline) == 1:  # the first of this turn schedules the commit for all
+            if not self._inline_scheduled:  # the first of this turn schedules the commit for all
+                self._inline_scheduled = True
                 if self.window_ms > 0:
                     loop.call_later(self.window_ms / 1000, self._flush_inline)
                 else:
@@ -155,10 +216,50 @@ class GroupCommitWriter:
         return await future
 
     def _flush_inline(self) -> None:
-        batch, self._inline = self._inline[: self.max_batch], self._inline[self.max_batch :]
+        self._inline_scheduled = False
+        if not self._inline:
+            return
+        loop = asyncio.get_running_loop()
+        batch = self._inline[: self.max_batch]
+        try:
+            settled = self._outcomes(batch, wait=False)
+        except WriteLockBusy as busy:
+            # Someone else holds the write lock: nothing was written. Fail what waited too
+            # long, and try the rest again shortly — the loop serves everybody meanwhile.
+            now = time.monotonic()
+            expired = [r for r in self._inline if (now - r.since) * 1000 >= self.timeout_ms]
+            if expired:
+                self._inline = [r for r in self._inline if (now - r.since) * 1000 < self.timeout_ms]
+                self._failed(f"write lock busy: {busy}")
+                _settle_async(
+                    [(r.future, LogUnavailable("busy", str(busy), (now - r.since) * 1000)) for r in expired]  # type: ignore[misc]
+                )
+            if self._inline:
+                self._inline_scheduled = True
+                loop.call_later(_BUSY_RETRY_S[min(self._busy_tries, len(_BUSY_RETRY_S) - 1)], self._flush_inline)
+                self._busy_tries += 1
+            return
+        self._busy_tries = 0
+        del self._inline[: len(batch)]
         if self._inline:
-            asyncio.get_running_loop().call_soon(self._flush_inline)
-        _settle_async([(r.future, outcome) for r, outcome in self._outcomes(batch)])  # type: ignore[misc]
+            self._inline_scheduled = True
+            loop.call_soon(self._flush_inline)
+        _settle_async([(r.future, outcome) for r, outcome in settled])  # type: ignore[misc]
+
+    def health(self) -> LogHealth:
+        """What this writer saw of the database lately (:class:`LogHealth`); touches nothing."""
+        now = time.monotonic()
+        waiting = [r.since for r in self._inline[:1]]
+        with self._cond:
+            waiting += [r.since for r in itertools.islice(self._pending, 1)]
+        if self._in_flight_since is not None:
+            waiting.append(self._in_flight_since)
+        oldest = (now - min(waiting)) * 1000 if waiting else 0.0
+        return LogHealth(self._last_commit_at, self._last_failure_at, self._last_failure, oldest)
+
+    def _failed(self, what: str) -> None:
+        self._last_failure_at = time.monotonic()
+        self._last_failure = what[:300]
 
     def _enqueue(self, request: _Request) -> None:
         with self._cond:
@@ -210,37 +311,74 @@ class GroupCommitWriter:
                 return  # closed and drained
             live = [r for r in batch if isinstance(r.future, asyncio.Future) or r.future.set_running_or_notify_cancel()]
             if live:
-                self._settle(self._outcomes(live))
+                self._in_flight_since = min(r.since for r in live)
+                try:
+                    settled = self._outcomes(live)
+                finally:
+                    self._in_flight_since = None
+                self._settle(settled)
 
-    def _outcomes(self, batch: list[_Request]) -> list[tuple[_Request, object]]:
-        """Commit ``batch``; each request with its outcome (never one left without)."""
+    def _outcomes(self, batch: list[_Request], *, wait: bool = True) -> list[tuple[_Request, object]]:
+        """Commit ``batch``; each request with its outcome (never one left without).
+
+        Raises:
+            WriteLockBusy: with ``wait=False``, the write lock was taken (nothing written).
+        """
         settled: list[tuple[_Request, object]] = []
         try:
-            self._commit_group(batch, settled)
+            self._commit_group(batch, settled, wait=wait)
+        except WriteLockBusy:
+            if wait:  # a backend that cannot wait for its own lock: never leave callers waiting
+                raise AssertionError("WriteLockBusy from a waiting write")
+            raise
         except BaseException as exc:  # never leave a caller waiting forever
             log.exception("group commit failed unexpectedly")
             done = {id(r) for r, _ in settled}
             settled += [(r, exc) for r in batch if id(r) not in done]
         return settled
 
-    def _commit_group(self, batch: list[_Request], settled: list[tuple[_Request, object]]) -> None:
+    def _commit_group(self, batch: list[_Request], settled: list[tuple[_Request, object]], *, wait: bool = True) -> None:
         """Commit ``batch`` and add each request's outcome to ``settled`` (nobody learns anything
-        before the commit returned)."""
+        before the commit returned). A database that stayed busy fails the whole batch with
+        :class:`LogUnavailable` (retrying each command alone would only wait again, once per
+        command); a statement the database refused is retried command by command, so only
+        the culprit fails.
+
+        Raises:
+            WriteLockBusy: with ``wait=False``, the write lock was taken (nothing written).
+        """
         try:
-            with self.log.db.write() as conn:
+            with self.log.db.write(wait=wait) as conn:
                 outcomes = self.log.append_batch_in(conn, [r.append for r in batch])
+        except WriteLockBusy:
+            if not settled and not wait:
+                raise
+            # a retry one by one found the lock taken: the others of the batch committed
+            self._fail_busy(batch, settled, "write lock busy")
+            return
         except (sa.exc.DBAPIError, *DRIVER_ERRORS) as exc:
+            if self.log.db.backend.is_busy(exc):
+                self._fail_busy(batch, settled, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                return
             if len(batch) == 1:
+                self._failed(f"{type(exc).__name__}: {exc}")
                 settled.append((batch[0], exc))
                 return
             log.warning("group of %d commands failed (%s); committing them one by one", len(batch), exc)
             for r in batch:
-                self._commit_group([r], settled)
+                self._commit_group([r], settled, wait=wait)
             return
         self.transactions += 1
         self.commands += len(batch)
+        self._last_commit_at = time.monotonic()
         BATCH_COMMANDS.observe(len(batch))
         settled.extend(zip(batch, outcomes))
+
+    def _fail_busy(self, batch: list[_Request], settled: list[tuple[_Request, object]], detail: str) -> None:
+        now = time.monotonic()
+        self._failed(f"busy: {detail}")
+        log.warning("the log stayed busy; %d command(s) fail: %s", len(batch), detail[:300])
+        settled.extend((r, LogUnavailable("busy", detail[:300], (now - r.since) * 1000)) for r in batch)
 
     @staticmethod
     def _settle(settled: list[tuple[_Request, object]]) -> None:

@@ -32,10 +32,12 @@ def parse_rows(text: str) -> tuple[tuple[int, ...], bool]:
     ``extras`` in the list selects the figures outside the table.
 
     Raises:
-        argparse.ArgumentTypeError: a row outside 1–12 or not a number.
+        argparse.ArgumentTypeError: a row the table does not have, or not a number.
     """
+    from duplex_es_tools.bench.targets import ALL_ROWS
+
     if text.strip() == "all":
-        return tuple(range(1, 13)), True
+        return ALL_ROWS, True
     rows, extras = [], False
     for part in (p.strip() for p in text.split(",") if p.strip()):
         if part == "extras":
@@ -45,8 +47,8 @@ def parse_rows(text: str) -> tuple[tuple[int, ...], bool]:
             n = int(part)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a row number: {part!r}") from None
-        if not 1 <= n <= 12:
-            raise argparse.ArgumentTypeError(f"rows are 1–12, got {n}")
+        if n not in ALL_ROWS:
+            raise argparse.ArgumentTypeError(f"rows are {', '.join(map(str, ALL_ROWS))}; got {n}")
         rows.append(n)
     return tuple(sorted(set(rows))), extras
 
@@ -103,7 +105,7 @@ def run_bench(
     out_dir: str,
     quick: bool = False,
     backends: Sequence[str] = ("sqlite", "postgresql"),
-    rows: Sequence[int] = tuple(range(1, 13)),
+    rows: Optional[Sequence[int]] = None,
     extras: bool = True,
     log_events: Optional[int] = None,
     argv: str = "",
@@ -111,6 +113,7 @@ def run_bench(
     """Run the suite and write the report; print a summary table. ``pg_url=None`` measures
     SQLite only. Returns 0."""
     from duplex_es_tools.bench.run import DEFAULT_LOG_EVENTS, BenchOptions, run_suite
+    from duplex_es_tools.bench.targets import ALL_ROWS
 
     if pg_url is None:
         backends = tuple(b for b in backends if b != "postgresql")
@@ -118,7 +121,7 @@ def run_bench(
         out_dir=Path(out_dir),
         backends=tuple(backends),
         pg_url=pg_url,
-        rows=tuple(rows),
+        rows=tuple(rows) if rows is not None else ALL_ROWS,
         extras=extras,
         quick=quick,
         log_events=log_events or (QUICK_LOG_EVENTS if quick else DEFAULT_LOG_EVENTS),

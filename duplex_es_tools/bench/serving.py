@@ -14,6 +14,10 @@
 * **Row 11** — the same ramp against the same server code and options on an in-memory log (a
   SQLite file on ``/dev/shm`` with ``PRAGMA synchronous=OFF``); the ratio of the two counts is
   the cost of durability.
+* **Row 14** — steady light load (issue 12): 10 sessions as in row 10 for 60 s against one
+  server, append → ack percentiles; beside it the same load on the in-memory log, in the same
+  run. The tail (p99) is what stalls of the event loop show up in: a commit waiting for a lock,
+  a WAL checkpoint inside a commit (docs/security.md, "No global stalls").
 
 Latencies are in ms (from HDR histograms); rates in events (appends) per second.
 """
@@ -37,7 +41,7 @@ from duplex_es.worker.contracts import output_events
 from duplex_es_tools.bench.histogram import Latencies
 from duplex_es_tools.bench.report import Row, build_row, comparison
 from duplex_es_tools.bench.targets import MEASUREMENTS, target
-from duplex_es_tools.loadgen import RampResult, run, run_ramp
+from duplex_es_tools.loadgen import RampResult, run, run_load, run_ramp
 from duplex_es_tools.processes import Proc, free_port, start_server, wait_healthy
 
 __all__ = ["run_serving_rows", "output_to_frame", "ramp_sessions", "IN_MEMORY"]
@@ -54,8 +58,8 @@ _ROW10_STEPS = (1, 2, 5, 10, 25, 50, 75, 100, 150, 200, 250, 300, 400, 500)
 _IN_MEMORY_CACHE: dict[bool, RampResult] = {}
 
 
-def run_serving_rows(backend: str, url: str, *, quick: bool, out_dir: Path, rows: Iterable[int] = (9, 10, 11)) -> list[dict]:
-    """Measure rows 9, 10 and 11 on ``backend`` (``sqlite`` or ``postgresql``) whose fresh
+def run_serving_rows(backend: str, url: str, *, quick: bool, out_dir: Path, rows: Iterable[int] = (9, 10, 11, 14)) -> list[dict]:
+    """Measure rows 9, 10, 11 and 14 on ``backend`` (``sqlite`` or ``postgresql``) whose fresh
     database is ``url``; server logs and the ramps' JSON go to ``out_dir``.
 
     Args:
@@ -63,7 +67,7 @@ def run_serving_rows(backend: str, url: str, *, quick: bool, out_dir: Path, rows
         url: a fresh database on it (a SQLAlchemy URL; ``serve`` migrates it).
         quick: a smoke run (seconds; the figures mean little).
         out_dir: for ``serve`` logs and ``ramp-*.json``.
-        rows: which of 9, 10, 11 to measure.
+        rows: which of 9, 10, 11, 14 to measure.
 
     Returns:
         One row dict per measured row (see :mod:`duplex_es_tools.bench.report`).
@@ -81,6 +85,8 @@ def run_serving_rows(backend: str, url: str, *, quick: bool, out_dir: Path, rows
             out.append(_row10(backend, durable, memory))
         if 11 in wanted and memory is not None:
             out.append(_row11(backend, durable, memory))
+    if 14 in wanted:
+        out.append(_row14(backend, url, quick=quick, out_dir=out_dir))
     return out
 
 
@@ -108,18 +114,25 @@ def ramp_sessions(db_url: str, log_path: Path, *, quick: bool, extra: tuple[str,
         return run(run_ramp(url, steps=_ROW10_STEPS, duration_s=10.0, warmup_s=2.0, time_budget_s=300, refine=3))
 
 
-def _in_memory_ramp(out_dir: Path, *, quick: bool) -> RampResult:
-    if quick in _IN_MEMORY_CACHE:
-        return _IN_MEMORY_CACHE[quick]
+@contextlib.contextmanager
+def _in_memory_url() -> Iterator[str]:
+    """A new SQLite file on ``/dev/shm`` (the in-memory log: see :data:`IN_MEMORY`), deleted after."""
     shm = Path("/dev/shm")
     folder = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
     path = folder / f"duplex-es-bench-{os.getpid()}-{secrets.token_hex(4)}.db"
     try:
-        result = ramp_sessions(f"sqlite:///{path}", out_dir / "serve-row11-in-memory.log", quick=quick, extra=("--sqlite-synchronous", "OFF"))
+        yield f"sqlite:///{path}"
     finally:
         for suffix in ("", "-wal", "-shm", "-journal"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"{path}{suffix}")
+
+
+def _in_memory_ramp(out_dir: Path, *, quick: bool) -> RampResult:
+    if quick in _IN_MEMORY_CACHE:
+        return _IN_MEMORY_CACHE[quick]
+    with _in_memory_url() as url:
+        result = ramp_sessions(url, out_dir / "serve-row11-in-memory.log", quick=quick, extra=("--sqlite-synchronous", "OFF"))
     (out_dir / "ramp-in-memory.json").write_text(json.dumps(result.as_dict(), indent=2))
     _IN_MEMORY_CACHE[quick] = result
     return result
@@ -339,3 +352,55 @@ def _row11(backend: str, durable: RampResult, memory: RampResult) -> Row:
     row["in_memory_sessions_held"] = memory.best  # type: ignore[typeddict-unknown-key]
     row["ratio"] = ratio  # type: ignore[typeddict-unknown-key]
     return row
+
+
+# -------------------------------------------------------------------------------------- row 14
+
+#: Row 14's load: sessions, measured seconds, warm-up seconds (quick: a smoke run).
+ROW14_LOAD = (10, 60.0, 2.0)
+ROW14_QUICK = (10, 3.0, 0.5)
+
+
+def _steady(db_url: str, log_path: Path, *, quick: bool, extra: tuple[str, ...] = ()) -> Any:
+    sessions, duration_s, warmup_s = ROW14_QUICK if quick else ROW14_LOAD
+    with _server(db_url, log_path, extra) as port:
+        return run(run_load(f"ws://127.0.0.1:{port}/v1/realtime", sessions, duration_s=duration_s, warmup_s=warmup_s))
+
+
+def _run_figures(result: Any) -> dict[str, Any]:
+    return {
+        "events_per_s": round(result.appends_per_s, 1),
+        "p50_ms": result.p50_ms,
+        "p95_ms": result.p95_ms,
+        "p99_ms": result.p99_ms,
+        "max_ms": result.max_ms,
+    }
+
+
+def _row14(backend: str, url: str, *, quick: bool, out_dir: Path) -> Row:
+    ours = _steady(url, out_dir / f"serve-row14-{backend}.log", quick=quick)
+    with _in_memory_url() as memory_url:
+        memory = _steady(memory_url, out_dir / f"serve-row14-{backend}-in-memory.log", quick=quick, extra=("--sqlite-synchronous", "OFF"))
+    figures, theirs = _run_figures(ours), _run_figures(memory)
+    (out_dir / f"row14-{backend}.json").write_text(json.dumps({"durable": figures, "in_memory": theirs}, indent=2))
+    sessions, duration_s, _ = ROW14_QUICK if quick else ROW14_LOAD
+    met = None
+    if backend == "sqlite" and ours.p99_ms is not None:
+        met = ours.p99_ms < 20 and ours.missing == 0
+    return build_row(
+        14,
+        backend,
+        f"{MEASUREMENTS[14]}: p99 {ours.p99_ms} ms",
+        figures,
+        n=ours.acked,
+        target=target(14, backend),
+        met=met,
+        durability="",
+        ratio_of="p99_ms",
+        comparisons=[{**comparison(f"in-memory log ({IN_MEMORY})", theirs, figures, "p99_ms"), "durability": IN_MEMORY}],
+        note=(
+            f"{sessions} sessions × {duration_s:.0f} s, 20 ms PCM16 24 kHz appends at real time, turn_detection null, "
+            f"acknowledge_appends on; {ours.acked} acked, {ours.missing} missing, {ours.late} later than 50 ms, "
+            f"client send lag p99 {ours.send_lag_p99_ms} ms (how late the load generator itself sent)"
+        ),
+    )

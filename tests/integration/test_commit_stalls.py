@@ -1,0 +1,108 @@
+"""The commit path never stalls the event loop (docs/security.md, "No global stalls"): a commit on
+the loop does not wait for a write lock held elsewhere, and SQLite's WAL checkpoints run in a
+thread of their own, not inside a commit. Real SQLite files; the lock is held by a second
+connection, as another process would."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from duplex_es.events import TextAppended
+from duplex_es.store import Database, EventLog, GroupCommitWriter, LogUnavailable, upgrade
+from duplex_es.store.checkpointer import Checkpointer
+
+
+def _text(size: int = 1) -> TextAppended:
+    return TextAppended(text="x" * size)
+
+
+async def _loop_gaps(stop: asyncio.Event) -> float:
+    """The longest time the loop went without running this task (ms)."""
+    worst, last = 0.0, time.monotonic()
+    while not stop.is_set():
+        await asyncio.sleep(0.002)
+        now = time.monotonic()
+        worst, last = max(worst, (now - last) * 1000), now
+    return worst
+
+
+def test_an_inline_commit_waits_for_a_held_lock_without_blocking_the_loop(tmp_path: Path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'log.db'}")
+    upgrade(db)
+    log = EventLog(db)
+    writer = GroupCommitWriter(log, inline=True, timeout_ms=400)
+    other = sqlite3.connect(tmp_path / "log.db", isolation_level=None)
+
+    async def scenario() -> tuple[float, BaseException | None, float]:
+        stop = asyncio.Event()
+        ticker = asyncio.create_task(_loop_gaps(stop))
+        other.execute("BEGIN IMMEDIATE")  # another process's writer holds the lock
+        started = time.monotonic()
+        try:
+            await writer.append_async("s1", [_text()], expected_seq=0)
+            refused = None
+        except LogUnavailable as exc:
+            refused = exc
+        waited = (time.monotonic() - started) * 1000
+        other.execute("ROLLBACK")
+        result = await writer.append_async("s1", [_text()], expected_seq=0)  # free again: it commits
+        assert result.records[0].seq == 1
+        stop.set()
+        return await ticker, refused, waited
+
+    try:
+        worst_gap_ms, refused, waited_ms = asyncio.run(scenario())
+    finally:
+        other.close()
+        writer.close()
+        db.dispose()
+    assert isinstance(refused, LogUnavailable) and refused.reason == "busy"
+    assert 350 <= waited_ms < 3000
+    # The old commit slept in SQLite's busy handler on the loop for the whole wait.
+    assert worst_gap_ms < 200, f"the loop stalled {worst_gap_ms:.0f} ms while the lock was held"
+    assert len(log.read_session("s1")) == 1  # the refused append wrote nothing
+
+
+def test_commits_leave_checkpoints_to_the_checkpointer(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    db = Database(f"sqlite:///{path}")
+    upgrade(db)
+    # An interval longer than the test: only close() checkpoints, so what the WAL holds shows
+    # whether the commits themselves checkpointed (SQLite's default does at 1,000 pages, 4 MiB).
+    checkpointer = Checkpointer(db.engine, db.backend, interval_ms=3_600_000)
+    log = EventLog(db)
+    for i in range(120):  # about 7 MiB of events, committed one by one
+        log.append(f"s{i}", [_text(60_000)], expected_seq=0)
+    wal = Path(f"{path}-wal")
+    assert wal.stat().st_size > 6 * 2**20, "a commit checkpointed the WAL"
+    before = path.stat().st_size
+    checkpointer.close()
+    assert checkpointer.checkpoints == 1
+    assert path.stat().st_size > before + 6 * 2**20  # the WAL was copied into the database file
+    with db.engine.connect() as conn:  # connections opened after close() checkpoint on commit again
+        assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 1000
+    db.dispose()
+
+
+@pytest.mark.parametrize("interval_ms", [20])
+def test_the_checkpointer_keeps_the_wal_bounded(tmp_path: Path, interval_ms: int) -> None:
+    path = tmp_path / "log.db"
+    db = Database(f"sqlite:///{path}")
+    upgrade(db)
+    checkpointer = Checkpointer(db.engine, db.backend, interval_ms=interval_ms)
+    log = EventLog(db)
+    try:
+        for i in range(120):
+            log.append(f"s{i}", [_text(60_000)], expected_seq=0)
+            time.sleep(0.005)
+        assert checkpointer.checkpoints > 0
+        # Checkpointed while the appends went on: the WAL was reused, not grown to hold them all.
+        assert Path(f"{path}-wal").stat().st_size < 6 * 2**20
+    finally:
+        checkpointer.close()
+        db.dispose()
