@@ -21,7 +21,7 @@ from duplex_es.server.endpoints import Server, realtime, world
 from duplex_es.server.models import ModelMap
 from duplex_es.server.sessions import DEFAULT_MODEL, DuplexSessions
 from duplex_es.snapshots import load_state
-from duplex_es.store import Database
+from duplex_es.store import Database, KeyRing
 
 __all__ = ["create_app", "DEFAULT_MODEL"]
 
@@ -41,6 +41,7 @@ def create_app(
     owner_ttl_ms: int = 10_000,
     group_commit_window_ms: float = 0.0,
     models: ModelMap | None = None,
+    chain_keys: KeyRing | None = None,
 ) -> Starlette:
     """Build the server for one database.
 
@@ -54,6 +55,7 @@ def create_app(
             sharing the database, and group commit (see
             :class:`~duplex_es.server.sessions.DuplexSessions`).
         models: the model names served and their engines (default: any name, one engine).
+        chain_keys: the chain key ring the log's hashes are signed with (``None``: unkeyed).
     """
     sessions = DuplexSessions(
         db,
@@ -66,6 +68,7 @@ def create_app(
         owner_ttl_ms=owner_ttl_ms,
         group_commit_window_ms=group_commit_window_ms,
         models=models,
+        chain_keys=chain_keys,
     )
 
     @contextlib.asynccontextmanager

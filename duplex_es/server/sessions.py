@@ -34,6 +34,7 @@ from duplex_es.store import (
     EventLog,
     Fence,
     GroupCommitWriter,
+    KeyRing,
     SessionOwned,
     SessionOwners,
     SnapshotStore,
@@ -126,6 +127,8 @@ class DuplexSessions:
             before committing (0: it commits what is queued at once).
         models: which model names this server serves, by which engine (default: any name,
             by :data:`~duplex_es.server.models.DEFAULT_ENGINE`).
+        chain_keys: the chain key ring the log's hashes are signed with (``None``: unkeyed;
+            docs/security.md, "Tamper evidence").
     """
 
     def __init__(
@@ -141,12 +144,13 @@ class DuplexSessions:
         owner_ttl_ms: int = DEFAULT_OWNER_TTL_MS,
         group_commit_window_ms: float = 0.0,
         models: Optional[ModelMap] = None,
+        chain_keys: Optional[KeyRing] = None,
     ) -> None:
         self.models = models or ModelMap()
         if not MIN_OWNER_TTL_MS <= owner_ttl_ms <= MAX_OWNER_TTL_MS:
             raise ValueError(f"owner_ttl_ms must be {MIN_OWNER_TTL_MS}..{MAX_OWNER_TTL_MS}, got {owner_ttl_ms}")
         self.server_id = server_id or default_server_id()
-        self.log = EventLog(db)
+        self.log = EventLog(db, keys=chain_keys)
         self.owners = SessionOwners(db, ttl_ms=owner_ttl_ms)
         # The backend says whether commits run on the event loop itself (GroupCommitWriter's ``inline``).
         self.writer = GroupCommitWriter(self.log, window_ms=group_commit_window_ms, inline=db.backend.group_commit_inline)
