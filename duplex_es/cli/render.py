@@ -103,7 +103,8 @@ def print_audit(console: Console, audits: Sequence[SessionAudit]) -> None:
     console.print(table)
     for a in audits:
         for v in a.violations:
-            console.print(f"[red]{a.session_id} seq {v.seq} [{v.check}][/] {v.message}", highlight=False)
+            # Escaped: "[chain]" would otherwise be read as a style tag and vanish.
+            console.print(f"[red]{escape(a.session_id)} seq {v.seq} \\[{v.check}][/] {escape(v.message)}", highlight=False)
     if not audits:
         console.print("no sessions in the log")
 
