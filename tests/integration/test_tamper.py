@@ -73,6 +73,7 @@ def _messages(audits) -> str:
 # --------------------------------------------------------------------------------- keyed chain
 
 
+@pytest.mark.invariant("I9")
 def test_a_keyed_log_stores_hmacs_that_the_public_formula_does_not_give(db: Database):
     """Each event names the signing key's id (never the key) and its hash is not the public
     SHA-256 chain; the untouched log audits clean with the ring and reports the key."""
@@ -89,6 +90,7 @@ def test_a_keyed_log_stores_hmacs_that_the_public_formula_does_not_give(db: Data
 
 
 @pytest.mark.parametrize("drop_key", [False, True], ids=["keep-key-id", "downgrade"])
+@pytest.mark.invariant("I9")
 def test_an_edit_with_a_recomputed_public_chain_fails_a_keyed_audit_without_a_checkpoint(db: Database, drop_key: bool):
     """(c) Edit an event's data and recompute the rest of the chain with the public formula: the
     unkeyed audit could not see it; with the key the edited session fails, naming the seq."""
@@ -110,6 +112,7 @@ def test_an_edit_with_a_recomputed_public_chain_fails_a_keyed_audit_without_a_ch
         assert [v.seq for v in audits["a"].violations if "edited" in v.message] == [1, 2, 3, 4, 5]
 
 
+@pytest.mark.invariant("I9")
 def test_a_downgraded_session_after_keying_began_is_flagged(db: Database):
     """A keyed session rewritten wholesale with the public formula and no key id looks like an
     old unkeyed session; it is not one, since the log was keyed before its first event."""
@@ -122,6 +125,7 @@ def test_a_downgraded_session_after_keying_began_is_flagged(db: Database):
     assert any("keyed from position" in v.message for v in audits["b"].violations), _messages(audits.values())
 
 
+@pytest.mark.invariant("I9")
 def test_the_unkeyed_chain_misses_a_recomputed_edit_and_says_so(db: Database, tmp_path: Path):
     """Without a key the recomputed edit passes the audit — the documented limit, printed by
     the command — but a checkpoint taken before it still catches it."""
@@ -136,6 +140,7 @@ def test_the_unkeyed_chain_misses_a_recomputed_edit_and_says_so(db: Database, tm
     assert finding.session_id == "a" and finding.seq == 5 and "edited below the checkpoint" in finding.message
 
 
+@pytest.mark.invariant("I9")
 def test_a_row_moved_to_another_session_fails(db: Database, tmp_path: Path):
     """(d) b's last event re-homed as a's next one, chained with the public formula: a's audit
     fails (the MAC covers the session id and seq) and the checkpoint sees b's tail cut."""
@@ -154,6 +159,7 @@ def test_a_row_moved_to_another_session_fails(db: Database, tmp_path: Path):
     assert any(f.session_id == "b" and "tail cut" in f.message for f in findings)  # ... the checkpoint does not
 
 
+@pytest.mark.invariant("I9")
 def test_a_row_moved_to_another_position_fails(db: Database, tmp_path: Path):
     """(d) An event moved to a later global position (its session and seq untouched, so every
     hash still verifies) breaks the session's position order, and the checkpoint's pin."""
@@ -177,6 +183,7 @@ def test_a_row_moved_to_another_position_fails(db: Database, tmp_path: Path):
 # --------------------------------------------------------------------------------- checkpoints
 
 
+@pytest.mark.invariant("I9")
 def test_a_cut_tail_passes_the_chain_audit_but_not_the_checkpoint(db: Database, tmp_path: Path):
     """(a) Deleting a session's newest events leaves a chain that verifies, keyed or not; the
     checkpoint names the session, the seq it had and where the log now ends."""
@@ -192,6 +199,7 @@ def test_a_cut_tail_passes_the_chain_audit_but_not_the_checkpoint(db: Database, 
     assert any("events at positions" in f.message for f in findings if not f.session_id)
 
 
+@pytest.mark.invariant("I9")
 def test_a_deleted_session_passes_the_chain_audit_but_not_the_checkpoint(db: Database, tmp_path: Path):
     """(b) A whole session deleted: nothing left to audit, but the checkpoint remembers it."""
     log = EventLog(db, keys=RING)
@@ -203,6 +211,7 @@ def test_a_deleted_session_passes_the_chain_audit_but_not_the_checkpoint(db: Dat
     assert any(f.session_id == "b" and "session deleted" in f.message for f in findings), findings
 
 
+@pytest.mark.invariant("I9")
 def test_events_after_the_checkpoint_are_checked_against_it_and_checkpoints_chain(db: Database, tmp_path: Path):
     """A log that grew after a checkpoint still verifies against it; a later checkpoint names
     the earlier one's signature; a session cut below an older checkpoint but re-grown past the
@@ -222,6 +231,7 @@ def test_events_after_the_checkpoint_are_checked_against_it_and_checkpoints_chai
     assert [f.session_id for f in verify_checkpoints(log, tmp_path, RING) if f.session_id] == ["c"]
 
 
+@pytest.mark.invariant("I9")
 def test_an_edited_or_removed_checkpoint_is_reported(db: Database, tmp_path: Path):
     """The checkpoint file is outside the attacker's reach by assumption; should it be edited
     anyway, its signature or its chain of checkpoints says so."""
@@ -243,6 +253,7 @@ def test_an_edited_or_removed_checkpoint_is_reported(db: Database, tmp_path: Pat
 # ------------------------------------------------------------------------- keys and old logs
 
 
+@pytest.mark.invariant("I9")
 def test_a_wrong_key_is_told_apart_from_an_edit(db: Database):
     """Auditing with a ring that lacks the signing key says which key signed and which the ring
     holds, once per session — not that every event was edited."""
@@ -256,6 +267,7 @@ def test_a_wrong_key_is_told_apart_from_an_edit(db: Database):
     assert v.check == "key" and "no key ring was given" in v.message
 
 
+@pytest.mark.invariant("I9")
 def test_rotation_keeps_old_sessions_verifying_with_the_old_key_in_the_ring(db: Database):
     """Rotation: the new key signs from now on, the old one stays in the ring to verify; a
     session spanning the rotation verifies event by event under each key."""
@@ -273,6 +285,7 @@ def test_rotation_keeps_old_sessions_verifying_with_the_old_key_in_the_ring(db: 
     assert audits["c"].ok and dropped_old["c"].ok and not dropped_old["b"].ok
 
 
+@pytest.mark.invariant("I9")
 def test_an_old_unkeyed_log_upgrades_and_audits_as_before_and_keying_continues_it(db_url: str):
     """A log written at revision 0003 (no key_id column) migrates and audits clean, with or
     without a ring; keyed appends continue its sessions; an unkeyed append after keyed ones is
@@ -304,6 +317,7 @@ def test_an_old_unkeyed_log_upgrades_and_audits_as_before_and_keying_continues_i
         database.dispose()
 
 
+@pytest.mark.invariant("I9")
 def test_a_session_whose_first_event_was_deleted_is_still_audited(db: Database):
     """The audit lists sessions by any row, not by seq 1, so removing a session's first event
     does not take the session out of the audit."""
@@ -314,6 +328,7 @@ def test_a_session_whose_first_event_was_deleted_is_still_audited(db: Database):
     assert set(audits) == {"a", "b"} and not audits["b"].ok
 
 
+@pytest.mark.invariant("I9")
 def test_key_files_are_checked_line_by_line(tmp_path: Path):
     """A key file's problems are named by file and line, never by the key's content."""
     with pytest.raises(ChainKeyError, match="cannot read it"):
@@ -342,6 +357,7 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.invariant("I9")
 def test_the_cli_round_trip_checkpoint_tamper_audit(db_url: str, tmp_path: Path):
     """chain-key new, a keyed log, `duplex-es checkpoint`, a cut tail: `duplex-es audit
     --checkpoint` exits 1 naming the session and seq; it was 0 before the cut; without the
@@ -371,6 +387,7 @@ def test_the_cli_round_trip_checkpoint_tamper_audit(db_url: str, tmp_path: Path)
     assert as_json.returncode == 1 and '"session_id": "b"' in as_json.stdout
 
 
+@pytest.mark.invariant("I9")
 def test_the_cli_says_when_the_chain_is_not_keyed_and_refuses_a_checkpoint_without_a_key(sqlite_url: str, tmp_path: Path):
     """An unkeyed log audits as before (exit 0) with the plain warning; checkpoint and audit
     --checkpoint without a key, and a bad key file, exit 2 with one line naming the problem."""

@@ -62,6 +62,7 @@ def _attack(db: Database, *statements: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.invariant("I9")
 def test_serve_and_worker_with_a_key_file_then_checkpoint_tamper_audit(backend: str, tmp_path: Path):
     """serve and worker sign every event they append (both writers' events carry the key id);
     the log audits clean against a checkpoint; an edit with a recomputed public chain fails the
