@@ -203,7 +203,8 @@ def verify_checkpoints(log: EventLog, path: str | os.PathLike[str], keys: KeyRin
     hash, position, key id). A session is reported once, for the newest checkpoint it fails.
 
     Args:
-        session_id: check only this session's pins (and skip the log-wide counts).
+        session_id: check only this session's pins (and skip the log-wide counts; the file's
+            signatures are checked all the same).
 
     Returns:
         what differs (empty: the log holds everything the checkpoints pinned).
@@ -214,7 +215,7 @@ def verify_checkpoints(log: EventLog, path: str | os.PathLike[str], keys: KeyRin
     checkpoints = read_checkpoints(path)
     if not checkpoints:
         raise CheckpointError(f"checkpoint file {checkpoint_path(path)}: no checkpoint in it")
-    bad = _verify_file(checkpoints, keys) if session_id is None else []
+    bad = _verify_file(checkpoints, keys)
     failed: set[str] = set()
     with log.db.read() as conn:
         if session_id is None:

@@ -25,5 +25,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("events") as batch:
-        batch.drop_column("key_id")
+    # Not batch mode: SQLite's batch mode copies the table, which would drop its immutability
+    # triggers; a plain DROP COLUMN (SQLite 3.35+) keeps them. Keyed hashes stay keyed: a log
+    # downgraded past this revision no longer audits its keyed events.
+    op.execute("ALTER TABLE events DROP COLUMN key_id")
