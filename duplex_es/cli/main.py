@@ -47,7 +47,11 @@ def _chain_keys(args: argparse.Namespace) -> Optional[KeyRing]:
     """The chain key ring of ``--chain-key-file`` (``None``: the unkeyed chain). Loaded before
     the database is opened, so a bad key file creates nothing."""
     path = getattr(args, "chain_key_file", None)
-    return KeyRing.load(path) if path else None
+    if not path:
+        return None
+    ring = KeyRing.load(path)
+    logging.getLogger(__name__).info("chain key %s signs new events (%d key(s) in %s)", ring.signing_id, len(ring.keys), path)
+    return ring
 
 
 def _read_db(args: argparse.Namespace) -> Database:
