@@ -4,8 +4,14 @@ applied exactly the accepted events it claims, once, in order.
 The checks deliberately do not reuse the reducer's bookkeeping: they walk the raw rows and
 recompute what must hold, so a reducer bug cannot hide itself.
 
-* **chain** — seqs run 1..n without gaps; each ``prev_hash`` is the previous row's ``hash`` and
-  each ``hash`` recomputes (docs/architecture.md, I9): any edit, deletion or reordering breaks it;
+* **chain** — seqs run 1..n without gaps and positions rise with them; each ``prev_hash`` is the
+  previous row's ``hash`` and each ``hash`` recomputes (docs/architecture.md, I9): any edit,
+  deletion or reordering breaks it. An event signed with a chain key must verify under that key
+  from the log's key ring (so an edit whose chain was recomputed with the public formula is
+  found); an unkeyed event after keyed ones — in its session, or in the log once it is keyed —
+  is a downgrade (docs/security.md, "Tamper evidence");
+* **key** — an event signed with a key the ring does not hold (or with no ring given) cannot be
+  verified: reported once per session and key id, as "wrong key" rather than "edited";
 * **decode** — every row decodes with the current catalogue (upcasting older versions);
 * **the kind's own checks** — each session kind audits its ticks (``SessionKind.audit``): for
   speech :mod:`duplex_es.domain.speech_audit` (every model step applied exactly the accepted
@@ -20,6 +26,9 @@ recompute what must hold, so a reducer bug cannot hide itself.
 
 from __future__ import annotations
 
+import hmac
+from typing import Optional
+
 import attrs
 
 from duplex_es.domain import KINDS, REDUCER_VERSION, evolve, new_state
@@ -28,7 +37,7 @@ from duplex_es.domain.kinds import started_by
 from duplex_es.events import Event, decode
 from duplex_es.snapshots import decode_state
 from duplex_es.store import EventLog, SnapshotStore
-from duplex_es.store.chain import GENESIS, event_hash
+from duplex_es.store.chain import GENESIS, KeyRing, event_hash
 
 __all__ = ["Violation", "SessionAudit", "audit_session", "audit_all"]
 
@@ -48,6 +57,8 @@ class SessionAudit:
     responses: int
     violations: tuple[Violation, ...]
     snapshots: int = 0  # snapshots checked against the full replay
+    key_ids: tuple[str, ...] = ()  # the chain keys that signed its events, in first-use order
+    unkeyed_events: int = 0  # events on the unkeyed chain (an edit with a recomputed chain goes unseen)
 
     @property
     def ok(self) -> bool:
@@ -55,10 +66,19 @@ class SessionAudit:
         return not self.violations
 
 
-def audit_session(log: EventLog, session_id: str) -> SessionAudit:
-    """Audit one session from its stored rows (and its snapshots)."""
+def audit_session(log: EventLog, session_id: str, *, keyed_since: Optional[int] = None) -> SessionAudit:
+    """Audit one session from its stored rows (and its snapshots), verifying keyed hashes with
+    ``log.keys``.
+
+    Args:
+        keyed_since: the log's first keyed position (:meth:`EventLog.first_keyed_position`;
+            looked up when ``None`` and the log has a key ring): an unkeyed event after it is
+            a violation.
+    """
+    if keyed_since is None and log.keys is not None:
+        keyed_since = log.first_keyed_position()
     rows = log.read_raw(session_id)
-    report = _audit_rows(session_id, rows)
+    report = _audit_rows(session_id, rows, log.keys, keyed_since)
     checked, bad = _check_snapshots(log, session_id, rows)
     return attrs.evolve(report, snapshots=checked, violations=report.violations + tuple(bad))
 
@@ -90,20 +110,52 @@ def _check_snapshots(log: EventLog, session_id: str, rows: list) -> tuple[int, l
     return len(snaps), bad
 
 
-def _audit_rows(session_id: str, rows: list) -> SessionAudit:
+def _check_chain(rows: list, keys: Optional[KeyRing], keyed_since: Optional[int]) -> tuple[list[Violation], tuple[str, ...], int]:
+    """The chain's violations, the key ids that signed events, and the unkeyed events' count."""
     bad: list[Violation] = []
-
-    # chain -------------------------------------------------------------------------------
-    prev = GENESIS
+    prev, prev_position = GENESIS, None
+    key_ids: dict[str, None] = {}
+    unverifiable: set[str] = set()
+    unkeyed = 0
     for i, r in enumerate(rows, start=1):
         if r.seq != i:
             bad.append(Violation("chain", r.seq, f"expected seq {i}, found {r.seq} (gap or reordering)"))
         if r.prev_hash != prev:
             bad.append(Violation("chain", r.seq, "prev_hash does not match the previous event's hash"))
-        want = event_hash(r.prev_hash, r.session_id, r.seq, r.type, r.version, r.data, r.recorded_at_us)
-        if r.hash != want:
-            bad.append(Violation("chain", r.seq, "hash does not match the event's content (edited)"))
-        prev = r.hash
+        if prev_position is not None and r.position <= prev_position:
+            bad.append(Violation("chain", r.seq, f"position {r.position} is not after the previous event's {prev_position} (moved)"))
+        prev, prev_position = r.hash, r.position
+        if r.key_id is None:
+            unkeyed += 1
+            if r.hash != event_hash(r.prev_hash, r.session_id, r.seq, r.type, r.version, r.data, r.recorded_at_us):
+                bad.append(Violation("chain", r.seq, "hash does not match the event's content (edited)"))
+            if key_ids:
+                bad.append(Violation("chain", r.seq, f"unkeyed after events signed with chain key {next(iter(key_ids))} (downgraded to the public formula)"))
+            elif keyed_since is not None and r.position > keyed_since:
+                bad.append(
+                    Violation(
+                        "chain", r.seq,
+                        f"unkeyed at position {r.position}, but the log is keyed from position {keyed_since} on "
+                        "(an appender without the key, or the chain rewritten with the public formula)",
+                    )
+                )
+            continue
+        key_ids.setdefault(r.key_id, None)
+        want = keys.sign(r.key_id, r.prev_hash, r.session_id, r.seq, r.type, r.version, r.data, r.recorded_at_us) if keys is not None else None
+        if want is None:
+            if r.key_id not in unverifiable:  # once per key, not once per event
+                unverifiable.add(r.key_id)
+                held = "no key ring was given (--chain-key-file)" if keys is None else f"the key ring holds {sorted(keys.keys)}"
+                bad.append(Violation("key", r.seq, f"signed with chain key {r.key_id}, but {held}: its hashes cannot be verified (wrong key file, or the key id was edited)"))
+            continue
+        if not hmac.compare_digest(r.hash, want):
+            bad.append(Violation("chain", r.seq, f"hash does not verify under chain key {r.key_id} (edited)"))
+    return bad, tuple(key_ids), unkeyed
+
+
+def _audit_rows(session_id: str, rows: list, keys: Optional[KeyRing] = None, keyed_since: Optional[int] = None) -> SessionAudit:
+    # chain -------------------------------------------------------------------------------
+    bad, key_ids, unkeyed = _check_chain(rows, keys, keyed_since)
 
     # decode ------------------------------------------------------------------------------
     events: list[tuple[int, Event]] = []
@@ -126,9 +178,12 @@ def _audit_rows(session_id: str, rows: list) -> SessionAudit:
         pending_events=found.pending_events,
         responses=found.responses,
         violations=tuple(bad) + found.violations,
+        key_ids=key_ids,
+        unkeyed_events=unkeyed,
     )
 
 
 def audit_all(log: EventLog) -> list[SessionAudit]:
-    """Audit every session in the log."""
-    return [audit_session(log, sid) for sid in log.session_ids()]
+    """Audit every session that has any stored row (one whose first event is gone too)."""
+    keyed_since = log.first_keyed_position() if log.keys is not None else None
+    return [audit_session(log, sid, keyed_since=keyed_since) for sid in log.every_session_id()]

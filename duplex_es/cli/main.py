@@ -15,6 +15,7 @@ import socket
 import sys
 from typing import Optional, Sequence
 
+import attrs
 import sqlalchemy as sa
 from rich.console import Console
 from rich.markup import escape
@@ -22,7 +23,7 @@ from rich.markup import escape
 from duplex_es.cli.arguments import CliError, non_negative_int, port, positive_int
 from duplex_es.cli.discovery import add_tool_commands
 from duplex_es.errors import DuplexError
-from duplex_es.store import Database, EventLog, upgrade
+from duplex_es.store import Database, EventLog, KeyRing, upgrade
 
 __all__ = ["main", "build_parser"]
 
@@ -40,6 +41,17 @@ def _open_db(args: argparse.Namespace, *, migrate: bool = True, create: bool = T
     if migrate:
         upgrade(db)
     return db
+
+
+def _chain_keys(args: argparse.Namespace) -> Optional[KeyRing]:
+    """The chain key ring of ``--chain-key-file`` (``None``: the unkeyed chain). Loaded before
+    the database is opened, so a bad key file creates nothing."""
+    path = getattr(args, "chain_key_file", None)
+    if not path:
+        return None
+    ring = KeyRing.load(path)
+    logging.getLogger(__name__).info("chain key %s signs new events (%d key(s) in %s)", ring.signing_id, len(ring.keys), path)
+    return ring
 
 
 def _read_db(args: argparse.Namespace) -> Database:
@@ -87,6 +99,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"duplex-es serve: --model: {err}", file=sys.stderr)
         return 2
+    keys = _chain_keys(args)
     _open_db(args).dispose()  # migrate without a bound: a migration may run long
     db = Database(args.db, synchronous=args.sqlite_synchronous, write_timeout_ms=args.commit_timeout_ms)
     app = create_app(
@@ -102,6 +115,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         group_commit_window_ms=args.group_commit_window_ms,
         models=models,
         commit_timeout_ms=args.commit_timeout_ms,
+        chain_keys=keys,
     )
     uvicorn.run(
         app,
@@ -154,6 +168,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from duplex_es.worker.runner import Worker
 
     engines: list = [_load_plugin(spec) for spec in args.engine_plugin]  # before the database: a bad plugin creates nothing
+    keys = _chain_keys(args)
     db = _open_db(args)
     kinds = {k for e in engines for k in e.kinds}
     if args.engine in ("speech", "all") and not {"speech", "transcription"} <= kinds:
@@ -170,7 +185,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
         engines.append(WorldEngine())
     worker = Worker(
-        EventLog(db),
+        EventLog(db, keys=keys),
         engines,
         worker_id=args.worker_id,
         claim_ttl_ms=args.claim_ttl_ms,
@@ -232,15 +247,71 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from duplex_es.audit import audit_all, audit_session
-    from duplex_es.cli.render import audit_json, print_audit
+    from duplex_es.cli.render import audit_json, print_audit, print_tamper_notes
 
-    log = EventLog(_read_db(args))
-    audits = [audit_session(log, _resolve_session(log, args.session_id))] if args.session_id else audit_all(log)
+    keys = _chain_keys(args)
+    if args.checkpoint and keys is None:
+        raise CliError(f"--checkpoint {args.checkpoint}: checkpoints are signed with the chain key; give --chain-key-file (or $DUPLEX_ES_CHAIN_KEY_FILE)")
+    log = EventLog(_read_db(args), keys=keys)
+    session_id = _resolve_session(log, args.session_id) if args.session_id else None
+    audits = [audit_session(log, session_id)] if session_id else audit_all(log)
+    findings = []
+    if args.checkpoint:
+        from duplex_es.store.checkpoint import verify_checkpoints
+
+        findings = verify_checkpoints(log, args.checkpoint, keys, session_id=session_id)  # type: ignore[arg-type]
     if args.json:
-        print(json.dumps(audit_json(audits), indent=2))
+        out = audit_json(audits)
+        out["checkpoint"] = None if not args.checkpoint else {"file": args.checkpoint, "failures": [attrs.asdict(f) for f in findings]}
+        out["ok"] = out["ok"] and not findings
+        print(json.dumps(out, indent=2))
     else:
         print_audit(console, audits)
-    return 0 if all(a.ok for a in audits) else 1
+        print_tamper_notes(console, audits, keys, args.checkpoint, findings)
+    return 0 if all(a.ok for a in audits) and not findings else 1
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    from duplex_es.store.checkpoint import write_checkpoint
+
+    keys = _chain_keys(args)
+    if keys is None:
+        raise CliError("checkpoint: a checkpoint is signed with the chain key; give --chain-key-file (or $DUPLEX_ES_CHAIN_KEY_FILE)")
+    if not args.out:
+        raise CliError("checkpoint: give --out FILE|DIR (or $DUPLEX_ES_CHECKPOINTS): where checkpoints are appended, outside the database")
+    log = EventLog(_read_db(args), keys=keys)
+    path, cp = write_checkpoint(log, args.out, keys)
+    console.print(
+        f"checkpoint of {len(cp.sessions)} session(s), {cp.events} events up to position {cp.head_position}, "
+        f"signed with chain key {cp.key_id}, appended to {path}",
+        highlight=False,
+    )
+    return 0
+
+
+def cmd_chain_key(args: argparse.Namespace) -> int:
+    from duplex_es.store.chain import new_key_line
+
+    path = args.file
+    if args.chain_key_command == "list":
+        ring = KeyRing.load(path)
+        for kid in ring.keys:
+            console.print(f"{kid}{'  (signs new events)' if kid == ring.signing_id else ''}", highlight=False)
+        return 0
+    # new: the new key goes first (it signs from now on); older keys stay to verify what they signed.
+    old = KeyRing.load(path) if os.path.exists(path) else None
+    previous = open(path, encoding="ascii").read() if old is not None else ""
+    line = new_key_line()
+    fd = os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(line + "\n" + previous)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".new", path)
+    ring = KeyRing.load(path)
+    kept = f"; keeps {len(ring.keys) - 1} older key(s) for verifying" if old is not None else ""
+    console.print(f"new chain key {ring.signing_id} in {path}{kept}", highlight=False)
+    return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -302,13 +373,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("DUPLEX_ES_LOG_LEVEL", "INFO"),
         help="DEBUG, INFO, WARNING, ERROR or CRITICAL (default INFO, or $DUPLEX_ES_LOG_LEVEL)",
     )
+    chain_key = argparse.ArgumentParser(add_help=False)
+    chain_key.add_argument(
+        "--chain-key-file", default=os.environ.get("DUPLEX_ES_CHAIN_KEY_FILE") or None, metavar="FILE",
+        help="the chain key ring (one hex key per line, the first signing; `duplex-es chain-key new FILE`): events "
+        "are signed and verified with it (default: $DUPLEX_ES_CHAIN_KEY_FILE; none: the unkeyed chain)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("db", parents=[common], help="manage the database schema (Alembic migrations)")
     p.add_argument("db_command", choices=["upgrade", "current"])
     p.set_defaults(func=cmd_db)
 
-    p = sub.add_parser("serve", parents=[common], help="run the Realtime WebSocket server")
+    p = sub.add_parser("serve", parents=[common, chain_key], help="run the Realtime WebSocket server")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=port, default=8000)
     p.add_argument("--api-key", default=os.environ.get("DUPLEX_ES_API_KEY"), help="require this bearer token ($DUPLEX_ES_API_KEY)")
@@ -352,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("worker", parents=[common], help="run a worker: claim ticks, run the engine, append outputs")
+    p = sub.add_parser("worker", parents=[common, chain_key], help="run a worker: claim ticks, run the engine, append outputs")
     p.add_argument("--engine", choices=["all", "speech", "world"], default="all", help="the reference engines to run (default: both)")
     p.add_argument(
         "--engine-plugin",
@@ -383,10 +460,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_replay)
 
-    p = sub.add_parser("audit", parents=[common], help="check hash chains, seqs, ticks and outputs; exit 1 on any violation")
+    p = sub.add_parser("audit", parents=[common, chain_key], help="check hash chains, seqs, ticks and outputs; exit 1 on any violation")
     p.add_argument("session_id", nargs="?", default=None, help="one session (default: all)")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--checkpoint", default=os.environ.get("DUPLEX_ES_CHECKPOINTS") or None, metavar="FILE|DIR",
+        help="also check the log against the signed checkpoints in FILE|DIR (default: $DUPLEX_ES_CHECKPOINTS): "
+        "detects cut tails and deleted sessions up to the latest checkpoint",
+    )
     p.set_defaults(func=cmd_audit)
+
+    p = sub.add_parser(
+        "checkpoint", parents=[common, chain_key],
+        help="append a signed checkpoint of every session's head to FILE|DIR, kept outside the database",
+    )
+    p.add_argument(
+        "--out", default=os.environ.get("DUPLEX_ES_CHECKPOINTS") or None, metavar="FILE|DIR",
+        help="the JSON-lines file to append to, or a directory for checkpoints.jsonl (default: $DUPLEX_ES_CHECKPOINTS)",
+    )
+    p.set_defaults(func=cmd_checkpoint)
+
+    p = sub.add_parser("chain-key", parents=[common], help="make or rotate a chain key file (new), or list its key ids (list)")
+    p.add_argument("chain_key_command", choices=["new", "list"])
+    p.add_argument("file", help="the key file: new creates it (mode 0600) or puts a new signing key before the old ones")
+    p.set_defaults(func=cmd_chain_key)
 
     p = sub.add_parser("export", parents=[common], help="write events as JSON Lines, each in its current schema version")
     p.add_argument("session_id", nargs="?", default=None, help="one session (default: the whole log, in position order)")

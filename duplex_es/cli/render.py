@@ -6,6 +6,7 @@ import datetime as dt
 from typing import Any, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from duplex_es.audit import SessionAudit
@@ -14,7 +15,7 @@ from duplex_es.domain.world import WorldState
 from duplex_es.events import to_plain
 from duplex_es.replay import Replay
 
-__all__ = ["print_replay", "replay_json", "print_audit", "audit_line", "audit_json", "state_lines"]
+__all__ = ["print_replay", "replay_json", "print_audit", "audit_line", "audit_json", "print_tamper_notes", "state_lines"]
 
 _VERDICT_STYLE = {"accepted": "green", "decided": "cyan"}
 
@@ -102,7 +103,8 @@ def print_audit(console: Console, audits: Sequence[SessionAudit]) -> None:
     console.print(table)
     for a in audits:
         for v in a.violations:
-            console.print(f"[red]{a.session_id} seq {v.seq} [{v.check}][/] {v.message}", highlight=False)
+            # Escaped: "[chain]" would otherwise be read as a style tag and vanish.
+            console.print(f"[red]{escape(a.session_id)} seq {v.seq} \\[{v.check}][/] {escape(v.message)}", highlight=False)
     if not audits:
         console.print("no sessions in the log")
 
@@ -124,3 +126,28 @@ def audit_line(a: SessionAudit) -> str:
 def audit_json(audits: Sequence[SessionAudit]) -> dict[str, Any]:
     """Audit results as JSON-ready data."""
     return {"ok": all(a.ok for a in audits), "sessions": [to_plain(a) for a in audits]}
+
+
+def print_tamper_notes(console: Console, audits: Sequence[SessionAudit], keys: Any, checkpoint: Any, findings: Sequence[Any]) -> None:
+    """Say plainly what the audit could not detect (docs/security.md, "Tamper evidence"), and
+    print each checkpoint failure with its session and seq."""
+    unkeyed = [a for a in audits if a.unkeyed_events]
+    if unkeyed:
+        console.print(
+            f"chain not keyed: edits with a recomputed chain are not detected ({sum(a.unkeyed_events for a in unkeyed)} "
+            f"unkeyed events in {len(unkeyed)} session(s); serve and worker with --chain-key-file sign new ones)",
+            highlight=False,
+        )
+    if keys is not None:
+        signed = sorted({k for a in audits for k in a.key_ids})
+        if signed:
+            console.print(f"keyed chain: events signed with chain key(s) {', '.join(signed)}; the key ring holds {', '.join(sorted(keys.keys))}", highlight=False)
+    if checkpoint is None:
+        if audits:
+            console.print("no checkpoint given (--checkpoint): a cut tail or a deleted session is not detected", highlight=False)
+        return
+    for f in findings:
+        where = f"{f.session_id} seq {f.seq}" if f.session_id else "log"
+        console.print(f"[red]{escape(where)} \\[checkpoint][/] {escape(f.message)}", highlight=False)
+    if not findings:
+        console.print(f"checkpoints in {checkpoint}: the log holds everything they pinned", highlight=False)

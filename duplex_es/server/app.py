@@ -21,7 +21,7 @@ from duplex_es.server.endpoints import Server, realtime, world
 from duplex_es.server.models import ModelMap
 from duplex_es.server.sessions import DEFAULT_MODEL, DuplexSessions
 from duplex_es.snapshots import load_state
-from duplex_es.store import Database
+from duplex_es.store import Database, KeyRing
 
 __all__ = ["create_app", "DEFAULT_MODEL"]
 
@@ -42,6 +42,7 @@ def create_app(
     group_commit_window_ms: float = 0.0,
     models: ModelMap | None = None,
     commit_timeout_ms: float = 2000.0,
+    chain_keys: KeyRing | None = None,
 ) -> Starlette:
     """Build the server for one database.
 
@@ -57,6 +58,7 @@ def create_app(
         models: the model names served and their engines (default: any name, one engine).
         commit_timeout_ms: the longest a command waits for the log's write lock before it is
             refused with ``log_unavailable`` (ms).
+        chain_keys: the chain key ring the log's hashes are signed with (``None``: unkeyed).
     """
     sessions = DuplexSessions(
         db,
@@ -70,6 +72,7 @@ def create_app(
         group_commit_window_ms=group_commit_window_ms,
         models=models,
         commit_timeout_ms=commit_timeout_ms,
+        chain_keys=chain_keys,
     )
 
     @contextlib.asynccontextmanager

@@ -36,6 +36,7 @@ from duplex_es.store import (
     EventLog,
     Fence,
     GroupCommitWriter,
+    KeyRing,
     SessionOwned,
     SessionOwners,
     SnapshotStore,
@@ -133,6 +134,8 @@ class DuplexSessions:
             by :data:`~duplex_es.server.models.DEFAULT_ENGINE`).
         commit_timeout_ms: how long a command may wait for the log's write lock before it is
             refused with ``log_unavailable`` (ms; docs/security.md, "No global stalls").
+        chain_keys: the chain key ring the log's hashes are signed with (``None``: unkeyed;
+            docs/security.md, "Tamper evidence").
     """
 
     def __init__(
@@ -149,12 +152,13 @@ class DuplexSessions:
         group_commit_window_ms: float = 0.0,
         models: Optional[ModelMap] = None,
         commit_timeout_ms: float = 2000.0,
+        chain_keys: Optional[KeyRing] = None,
     ) -> None:
         self.models = models or ModelMap()
         if not MIN_OWNER_TTL_MS <= owner_ttl_ms <= MAX_OWNER_TTL_MS:
             raise ValueError(f"owner_ttl_ms must be {MIN_OWNER_TTL_MS}..{MAX_OWNER_TTL_MS}, got {owner_ttl_ms}")
         self.server_id = server_id or default_server_id()
-        self.log = EventLog(db)
+        self.log = EventLog(db, keys=chain_keys)
         self.owners = SessionOwners(db, ttl_ms=owner_ttl_ms)
         # The backend says whether commits run on the event loop itself (GroupCommitWriter's ``inline``).
         self.writer = GroupCommitWriter(

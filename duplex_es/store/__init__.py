@@ -5,6 +5,7 @@ is a :class:`~duplex_es.store.backend.Backend`, one module each (``sqlite``, ``p
 listed in :mod:`~duplex_es.store.registry` (docs/architecture.md, "Storage backends").
 """
 
+from duplex_es.store.chain import ChainKeyError, KeyRing
 from duplex_es.store.database import Database, DatabaseNotFound, default_url, resolve_url
 from duplex_es.store.log import (
     ANY_SEQ,
@@ -34,12 +35,14 @@ __all__ = [
     "LogHealth",
     "LogUnavailable",
     "WriteLockBusy",
+    "KeyRing",
     "OwnershipLost",
     "SessionOwned",
     "SessionOwners",
     "TICKS_CHANNEL",
     "Wakeup",
     "AppendResult",
+    "ChainKeyError",
     "Claim",
     "ClaimLost",
     "CommitResult",

@@ -11,7 +11,7 @@ event did not commit (docs/architecture.md, I4).
 from __future__ import annotations
 
 import time
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 import attrs
 import sqlalchemy as sa
@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 
 from duplex_es.errors import LogError
 from duplex_es.events import Event, TickCanceller, TickRequest, decode, encode
-from duplex_es.store.chain import GENESIS, event_hash
+from duplex_es.store.chain import GENESIS, KeyRing, event_hash
 from duplex_es.store.appendsql import AppendSql
 from duplex_es.store.database import Database, driver_connection
 from duplex_es.store.ownership import Fence, OwnershipLost
@@ -66,6 +66,7 @@ class RawRecord:
     recorded_at_us: int
     prev_hash: str
     hash: str
+    key_id: Optional[str] = None  # the chain key whose HMAC ``hash`` is; None: unkeyed
 
 
 @attrs.frozen
@@ -128,6 +129,7 @@ _COLUMNS = (
     events_t.c.recorded_at_us,
     events_t.c.prev_hash,
     events_t.c.hash,
+    events_t.c.key_id,
 )
 
 
@@ -144,10 +146,19 @@ def _decode(raw: RawRecord) -> Recorded:
 
 
 class EventLog:
-    """The log on one :class:`~duplex_es.store.database.Database`."""
+    """The log on one :class:`~duplex_es.store.database.Database`.
 
-    def __init__(self, db: Database) -> None:
+    Args:
+        db: the database.
+        keys: the chain key ring (:class:`~duplex_es.store.chain.KeyRing`): events this log
+            appends are signed with its signing key, and audits verify with all of its keys.
+            ``None``: the unkeyed chain, which detects edits only by someone who does not
+            recompute it (docs/security.md, "Tamper evidence").
+    """
+
+    def __init__(self, db: Database, keys: Optional[KeyRing] = None) -> None:
         self.db = db
+        self.keys = keys
         self._sql = AppendSql(db.backend)
 
     # ---------------------------------------------------------------------------------- writes
@@ -233,6 +244,8 @@ class EventLog:
         new_keys: list[dict] = []
         repeats: list[tuple[int, int]] = []  # (request index, index of the earlier one)
         now = _now_us()
+        keys = self.keys
+        key_id = keys.signing_id if keys is not None else None
         for i, r in enumerate(requests):
             if r.fence is not None:
                 owner = owners.get(r.session_id)
@@ -258,7 +271,10 @@ class EventLog:
             for ev in r.events:
                 type_, version, data = encode(ev)
                 head_seq += 1
-                digest = event_hash(prev_hash, r.session_id, head_seq, type_, version, data, now)
+                if keys is None:
+                    digest = event_hash(prev_hash, r.session_id, head_seq, type_, version, data, now)
+                else:  # the signing key is in the ring by construction
+                    digest = keys.sign(key_id, prev_hash, r.session_id, head_seq, type_, version, data, now)  # type: ignore[arg-type,assignment]
                 rows.append(
                     {
                         "session_id": r.session_id,
@@ -269,6 +285,7 @@ class EventLog:
                         "recorded_at_us": now,
                         "prev_hash": prev_hash,
                         "hash": digest,
+                        "key_id": key_id,
                         "_event": ev,
                     }
                 )
@@ -281,7 +298,7 @@ class EventLog:
                     {"session_id": r.session_id, "key": r.idempotency_key, "first_seq": rows[first_row]["seq"], "last_seq": head_seq}
                 )
         if rows:
-            columns = ("session_id", "seq", "type", "version", "data", "recorded_at_us", "prev_hash", "hash")
+            columns = ("session_id", "seq", "type", "version", "data", "recorded_at_us", "prev_hash", "hash", "key_id")
             positions = sql.insert_events(raw, [tuple(row[c] for c in columns) for row in rows])
             if new_keys:
                 sql.insert_keys(raw, [(k["session_id"], k["key"], k["first_seq"], k["last_seq"]) for k in new_keys])
@@ -411,6 +428,23 @@ class EventLog:
                 sa.select(events_t.c.session_id).where(events_t.c.seq == 1).order_by(events_t.c.position)
             )
             return [r[0] for r in rows]
+
+    def every_session_id(self) -> list[str]:
+        """Every session id that has any stored row, even one whose first event is missing
+        (:meth:`session_ids` finds sessions by their seq 1), ordered by its first position:
+        what an audit must look at."""
+        with self.db.read() as conn:
+            rows = conn.execute(
+                sa.select(events_t.c.session_id)
+                .group_by(events_t.c.session_id)
+                .order_by(sa.func.min(events_t.c.position))
+            )
+            return [r[0] for r in rows]
+
+    def first_keyed_position(self) -> Optional[int]:
+        """The position of the first event signed with a chain key (``None``: no event is)."""
+        with self.db.read() as conn:
+            return conn.execute(sa.select(sa.func.min(events_t.c.position)).where(events_t.c.key_id.is_not(None))).scalar_one()
 
     def sessions_without(self, end_types: Sequence[str]) -> list[str]:
         """Sessions none of whose events has a type in ``end_types`` (the sessions still open,

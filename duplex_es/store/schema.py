@@ -16,7 +16,8 @@ metadata = sa.MetaData()
 Position = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 #: The immutable log. ``position`` is the global order, ``seq`` the gapless per-session order;
-#: ``hash`` chains each event to the previous event of its session.
+#: ``hash`` chains each event to the previous event of its session; ``key_id`` names the chain
+#: key whose HMAC ``hash`` is (NULL: the unkeyed chain; duplex_es.store.chain).
 events = sa.Table(
     "events",
     metadata,
@@ -29,6 +30,7 @@ events = sa.Table(
     sa.Column("recorded_at_us", sa.BigInteger(), nullable=False),
     sa.Column("prev_hash", sa.String(64), nullable=False),
     sa.Column("hash", sa.String(64), nullable=False),
+    sa.Column("key_id", sa.String(16), nullable=True),
     sa.UniqueConstraint("session_id", "seq", name="uq_events_session_seq"),
     sqlite_autoincrement=True,
 )
