@@ -241,21 +241,16 @@ def decide_turn_signal(cmd: TurnSignal, state: SessionState) -> list[Event]:
     return [TurnSignaled(client_event_id=cmd.event_id, signal=cmd.signal)]
 
 
-#: The ``status_details.error.code`` of a response the session's end cut short, by the cause on
-#: its epoch change. The wire ``reason`` stays ``client_cancelled`` (clients accept only GA's
-#: reasons, docs/protocol.md, "Responses and faults"); the code says what really ended it.
-ENDED_BY_SESSION = {"session_closed": "session_closed", "session_expired": "session_expired"}
-
-
 def _ending(state: SessionState, cause: str, reason: str, message: str, event_id=None) -> list[Event]:  # noqa: ANN001
     """Fence everything in flight and discard what no tick will apply: the session ends. A
-    response still generating ends ``cancelled`` with ``reason`` and error code ``cause``
-    (``session_closed`` or ``session_expired``) explained by ``message``."""
+    response still generating ends ``cancelled`` with ``reason`` — GA's, since clients accept
+    no other (docs/protocol.md, "Responses and faults") — and the real cause, ``cause``
+    (``session_closed`` or ``session_expired``), as its error code, explained by ``message``."""
     live = state.live_responses()
     if not live and not state.ticks and not state.unapplied and not state.transcriptions:
         return []
     return cancel_events(
-        state, live, cause=cause, reason=reason, event_id=event_id, discard_pending=True, error_code=ENDED_BY_SESSION[cause], error_message=message
+        state, live, cause=cause, reason=reason, event_id=event_id, discard_pending=True, error_code=cause, error_message=message
     )
 
 
