@@ -171,7 +171,8 @@ def summarize(ev: Event) -> str:
         return f"epoch={ev.epoch} reason={ev.reason} cancelled={list(ev.cancelled_request_ids)} discarded={list(ev.discarded_event_ids)}"
     if isinstance(ev, ResponseDone):
         extra = f" heard_ms={ev.heard_ms}" if ev.heard_ms is not None else ""
-        err = f" {ev.error_code}" if ev.error_code else ""
+        # A response the session's end cut short keeps GA's reason; its real cause is the code.
+        err = "" if not ev.error_code else f" {ev.error_code}" if ev.status == "failed" else f" cause={ev.error_code}"
         return f"response={ev.response_id} status={ev.status}" + (f" reason={ev.reason}" if ev.reason else "") + err + extra + cid
     if isinstance(ev, PlaybackAcked):
         return f"response={ev.response_id} played={ev.played_ms} committed={ev.committed_ms}{cid}"

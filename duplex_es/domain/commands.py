@@ -292,8 +292,8 @@ class CreateResponse(ClientCommand):
 
 @attrs.frozen(kw_only=True)
 class CancelResponse(ClientCommand):
-    """``response.cancel``, optionally naming the response. The server also cancels with
-    ``cause="client_disconnected"`` when the connection drops mid-response."""
+    """``response.cancel``, optionally naming the response; ``cause`` is recorded on the epoch
+    change (a dropped connection cancels nothing: the response goes on for the resume)."""
 
     response_id: Optional[str] = None
     cause: str = "client_cancelled"

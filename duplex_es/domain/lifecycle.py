@@ -241,28 +241,34 @@ def decide_turn_signal(cmd: TurnSignal, state: SessionState) -> list[Event]:
     return [TurnSignaled(client_event_id=cmd.event_id, signal=cmd.signal)]
 
 
-def _ending(state: SessionState, cause: str, reason: str, event_id=None) -> list[Event]:  # noqa: ANN001
-    """Fence everything in flight and discard what no tick will apply: the session ends."""
+def _ending(state: SessionState, cause: str, reason: str, message: str, event_id=None) -> list[Event]:  # noqa: ANN001
+    """Fence everything in flight and discard what no tick will apply: the session ends. A
+    response still generating ends ``cancelled`` with ``reason`` — GA's, since clients accept
+    no other (docs/protocol.md, "Responses and faults") — and the real cause, ``cause``
+    (``session_closed`` or ``session_expired``), as its error code, explained by ``message``."""
     live = state.live_responses()
     if not live and not state.ticks and not state.unapplied and not state.transcriptions:
         return []
-    return cancel_events(state, live, cause=cause, reason=reason, event_id=event_id, discard_pending=True)
+    return cancel_events(
+        state, live, cause=cause, reason=reason, event_id=event_id, discard_pending=True, error_code=cause, error_message=message
+    )
 
 
 def decide_close_session(cmd: CloseSession, state: SessionState) -> list[Event]:
-    return _ending(state, "session_closed", "client_cancelled", cmd.event_id) + [
+    message = "the client closed the session (session.close) before the response finished"
+    return _ending(state, "session_closed", "client_cancelled", message, cmd.event_id) + [
         SessionClosed(client_event_id=cmd.event_id, reason=cmd.reason)
     ]
 
 
 def decide_detach(cmd: Detach, state: SessionState) -> list[Event]:
+    """The listener is gone (its connection dropped, or its server restarted): only the lease
+    changes. A response in progress keeps generating and its outputs are logged; a client that
+    resumes within the disconnect grace is re-sent what it missed (docs/protocol.md, "Responses
+    and faults"). Only the grace running out ends it (:func:`decide_expire`)."""
     if state.lease.detached_at_ms is not None:
         return []
-    live = state.live_responses()
-    # Nobody is listening: stop generating; the session waits for a resume.
-    cause = "server_restart" if cmd.reason == "server_restart" else "client_disconnected"
-    ending = cancel_events(state, live, cause=cause, reason="client_cancelled") if live else []
-    return ending + [SessionDetached(at_ms=cmd.at_ms, reason=cmd.reason)]
+    return [SessionDetached(at_ms=cmd.at_ms, reason=cmd.reason)]
 
 
 def decide_resume(cmd: Resume, state: SessionState) -> list[Event]:
@@ -272,7 +278,11 @@ def decide_resume(cmd: Resume, state: SessionState) -> list[Event]:
 def decide_expire(cmd: Expire, state: SessionState) -> list[Event]:
     if not grace_still_running_out(cmd, state.lease):
         return []
-    return _ending(state, "session_expired", "client_cancelled") + [
+    if cmd.reason == "disconnect_grace_expired":
+        message = f"no client resumed the session within its disconnect grace (detached at {cmd.since_ms} ms, expired at {cmd.now_ms} ms)"
+    else:
+        message = f"the session was idle past its TTL (last client command at {cmd.since_ms} ms, expired at {cmd.now_ms} ms)"
+    return _ending(state, "session_expired", "client_cancelled", message) + [
         SessionExpired(reason=cmd.reason, decided_at_ms=cmd.now_ms, since_ms=cmd.since_ms)
     ]
 

@@ -277,12 +277,16 @@ def cancel_events(
     event_id: Optional[str] = None,
     discard_pending: bool = False,
     extra: tuple[Event, ...] = (),
+    error_code: Optional[str] = None,
+    error_message: Optional[str] = None,
 ) -> list[Event]:
     """Raise the epoch (fencing the ticks of ``resps``), then end each response ``cancelled``.
 
     ``cause`` is recorded on the epoch change; ``reason`` is the Realtime
     ``status_details.reason``. With ``discard_pending``, model-feeding events no tick took yet
     are discarded too (the session is ending). ``extra`` events go between the two.
+    ``error_code`` / ``error_message``: the real cause when ``reason`` (one of GA's) cannot say
+    it (``session_closed``, ``session_expired``); the wire's ``status_details.error``.
     """
     ids = {r.id for r in resps}
     live = [t for t in state.ticks.values() if t.response_id in ids]
@@ -307,6 +311,8 @@ def cancel_events(
                 response_id=r.id,
                 status="cancelled",
                 reason=reason,
+                error_code=error_code,
+                error_message=error_message,
                 heard_ms=r.committed_ms if r.acked else None,
             )
         )
@@ -567,7 +573,14 @@ def evolve_output_audio_cleared(ev: OutputAudioCleared, state: SessionState, seq
 def evolve_response_done(ev: ResponseDone, state: SessionState, seq: int) -> SessionState:
     resp = state.responses[ev.response_id]
     # Its inputs (a copy of the conversation) are only needed to issue ticks.
-    resp = replace(resp, status=ResponseStatus(ev.status), status_reason=ev.reason, tick_in_flight=None, inputs=SpeechInputs())
+    resp = replace(
+        resp,
+        status=ResponseStatus(ev.status),
+        status_reason=ev.reason,
+        status_error_code=ev.error_code,
+        tick_in_flight=None,
+        inputs=SpeechInputs(),
+    )
     if ev.heard_ms is not None:
         resp = replace(resp, acked=True, committed_ms=ev.heard_ms)
     item = state.items.get(resp.item_id)

@@ -165,6 +165,9 @@ class Response:
     ``usage`` the tokens its engine reported, summed over its ticks; ``started_at_sample`` the
     input clock when it was created (the idle timeout counts from its audio's end);
     ``input_audio_ms`` / ``input_text_chars`` the user input its first tick gave the engine.
+    ``status_reason`` is its ``status_details.reason`` once it ended, and ``status_error_code``
+    the real cause GA's reason cannot name (``session_expired``, ``session_closed``, or a failed
+    response's error code).
     """
 
     id: str
@@ -185,6 +188,7 @@ class Response:
     failure_code: Optional[str] = None
     failure_message: Optional[str] = None
     status_reason: Optional[str] = None
+    status_error_code: Optional[str] = None
     generated_ms: int = 0
     played_ms: int = 0
     committed_ms: int = 0

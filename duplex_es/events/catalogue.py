@@ -712,8 +712,9 @@ class EpochAdvanced(TickCanceller):
     """The session's fence moved: every tick of an older epoch is dead (docs/architecture.md, I7).
 
     ``reason`` is the cause (``client_cancelled``, ``turn_detected``, ``barge_in``,
-    ``output_audio_buffer_clear``, ``client_disconnected``, ``response_failed``,
-    ``session_closed``, ``session_expired``). ``cancelled_request_ids`` are the ticks in flight
+    ``output_audio_buffer_clear``, ``response_failed``, ``session_closed``, ``session_expired``;
+    logs from before issue 12 also hold ``client_disconnected`` and ``server_restart``, when a
+    detach still cancelled). ``cancelled_request_ids`` are the ticks in flight
     that will never be accepted; ``discarded_event_ids`` are the model-feeding events those ticks
     would have applied (or that no tick will now apply), discarded explicitly (docs/architecture.md, I5).
     """
@@ -738,8 +739,10 @@ class ResponseDone(Event):
 
     ``status`` is ``completed``, ``cancelled``, ``failed`` or ``incomplete``; ``reason`` the
     Realtime ``status_details.reason`` (``client_cancelled``, ``turn_detected``,
-    ``max_output_tokens``, ...). ``heard_ms`` is the playback cutoff used to keep the heard prefix
-    of the transcript (``None``: the whole transcript).
+    ``max_output_tokens``, ...). ``error_code`` / ``error_message``: a failed response's error,
+    or the real cause of a cancel GA's reasons cannot name (``session_expired``,
+    ``session_closed``), projected as ``status_details.error``. ``heard_ms`` is the playback
+    cutoff used to keep the heard prefix of the transcript (``None``: the whole transcript).
     """
 
     client_event_id: Optional[str] = None

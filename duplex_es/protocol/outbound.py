@@ -575,6 +575,10 @@ def project_response_done(ev: ResponseDone, ctx: Ctx) -> list[dict[str, Any]]:
     if ev.status == "failed":
         error = {"type": "server_error", "code": ev.error_code, "message": ev.error_message}
         out.append({"type": "error", "error": {**error, "param": None, "event_id": None}})
+    elif ev.error_code is not None:
+        # Cut short by the session's end: GA's reason stays (clients accept no other), and the
+        # real cause rides in status_details.error, which GA's schema has for every status.
+        error = {"type": "session_ended", "code": ev.error_code, "message": ev.error_message}
     item = after.items.get(resp.item_id)
     if item is not None:
         out += _closing(after, resp, item)

@@ -335,8 +335,8 @@ class SessionHost:
 
     async def detach(self, reason: str = "connection_closed", *, listener: Optional[int] = None) -> None:
         """The listener is gone without ``session.close``: stop streaming, log ``session.detached``
-        (a speech session cancels what was generating; a world session pauses); the session
-        waits for a resume or its expiry. With ``listener``, nothing happens if that listener
+        (a speech session's responses go on generating into the log, for the resume to re-send;
+        a world session pauses); the session waits for a resume or its expiry. With ``listener``, nothing happens if that listener
         was already replaced by a resume (the session is held by someone else)."""
         if listener is None or listener == self.listener:
             self.release()

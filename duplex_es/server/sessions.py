@@ -186,8 +186,11 @@ class DuplexSessions:
         asyncio.get_running_loop().set_default_executor(self._executor)
         self._maintenance = self.log.db.backend.start_maintenance(self.log.db.engine)
         await asyncio.to_thread(self.owners.renew, self.server_id)
-        await self.recover()
+        # Follow from before the recovery: a worker output committed while a recovered session
+        # was being rebuilt must still wake it, or a response generating for a detached client
+        # would stall until the client resumed.
         await self._follower.start()
+        await self.recover()
         self._reaper = asyncio.create_task(self._reap_forever(), name="lease-reaper")
         self._owner = asyncio.create_task(self._own_forever(), name="ownership")
 
@@ -258,11 +261,13 @@ class DuplexSessions:
     async def recover(self, session_ids: Optional[list[str]] = None) -> list[str]:
         """Take up the sessions the log says are still open but no live server owns (their
         server was killed, or stalled past its ownership lease): acquire each, rebuild it from
-        the log and log ``session.detached`` (reason ``server_restart``, cancelling a response
-        in progress with that cause) for those whose client was attached, so each waits one
-        disconnect grace from now for a resume. A session detached before the crash keeps its
-        logged detach time, so the reaper expires it at once if its grace ran out meanwhile.
-        Sessions another live server owns are left to it.
+        the log and log ``session.detached`` (reason ``server_restart``) for those whose client
+        was attached, so each waits one disconnect grace from now for a resume. A response in
+        progress goes on: each recovered session is caught up and pumped, so a worker output
+        committed while no server hosted it is folded and the next tick issued (or the response
+        ended). A session detached before the crash keeps its logged detach time, so the reaper
+        expires it at once if its grace ran out meanwhile. Sessions another live server owns
+        are left to it.
 
         Args:
             session_ids: the candidates (``None``: every session the log holds open).
@@ -288,7 +293,9 @@ class DuplexSessions:
                 continue
             try:
                 if host.state.lease.detached_at_ms is None:
-                    await host.submit(Detach(at_ms=now_ms(), reason="server_restart"))
+                    await host.submit(Detach(at_ms=now_ms(), reason="server_restart"))  # pumps too
+                else:
+                    await host.catch_up()
             except SessionMoved:
                 continue  # resumed elsewhere in the meantime
             recovered.append(session_id)

@@ -198,31 +198,61 @@ def test_an_event_id_is_a_correlation_id_only_a_retry_of_the_same_command_is_ded
     assert [(d.client_event_id, d.command_type) for d in dedups] == [("same", "input_audio_buffer.append"), ("again", "input_audio_buffer.commit")]
 
 @pytest.mark.invariant("I11")
-def test_a_dropped_connection_cancels_its_response_and_expires_after_the_grace(server):
-    """Case 21 of issue 3: a disconnect during a response, no resume within the grace."""
+def test_a_dropped_connection_leaves_its_response_running_until_the_grace_ends_it_with_that_cause(server):
+    """Case 21 of issue 3 and issue 12 item 7: a disconnect during a response, no resume within
+    the grace. The detach alone cancels nothing (no worker runs here, so the response waits);
+    the expiry ends it, and says so: GA's reason on the wire, ``session_expired`` as the cause
+    in the log, in ``GET /v1/sessions/{id}`` and in ``duplex-es replay``."""
+    import subprocess
+    import sys
+    import time
+
     port, url = server
     c = Client(port)
     c.send({"type": "input_audio_buffer.append", "audio": pcm_b64(300)})
     c.send({"type": "input_audio_buffer.commit"})
     c.send({"type": "response.create"})
-    c.recv("response.content_part.added")
+    response_id = c.recv("response.created")["response"]["id"]
     c.ws.close()
     log = EventLog(Database(url))
-    import time
-
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and log.read_session(c.session_id)[-1].event.TYPE != "session.detached":
         time.sleep(0.05)
-    last = [r.event for r in log.read_session(c.session_id)][-3:]
-    assert last[0].TYPE == "epoch.advanced" and last[0].reason == "client_disconnected"
-    assert last[1].TYPE == "response.done" and last[1].status == "cancelled"
-    assert last[2].TYPE == "session.detached"
+    detached = log.read_session(c.session_id)[-1].event
+    assert detached.TYPE == "session.detached"
+    assert log.read_session(c.session_id)[-2].event.TYPE == "tick.issued"  # nothing was cancelled
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and log.read_session(c.session_id)[-1].event.TYPE != "session.expired":
         time.sleep(0.05)
-    expired = log.read_session(c.session_id)[-1].event
+    last = [r.event for r in log.read_session(c.session_id)][-3:]
+    assert last[0].TYPE == "epoch.advanced" and last[0].reason == "session_expired"
+    done = last[1]
+    assert (done.TYPE, done.response_id, done.status, done.reason, done.error_code) == (
+        "response.done", response_id, "cancelled", "client_cancelled", "session_expired"
+    )
+    assert "disconnect grace" in done.error_message
+    expired = last[2]
     assert expired.TYPE == "session.expired" and expired.reason == "disconnect_grace_expired"
-    assert expired.decided_at_ms - expired.since_ms >= 600 and expired.since_ms == last[2].at_ms
+    assert expired.decided_at_ms - expired.since_ms >= 600 and expired.since_ms == detached.at_ms
+    resp = session_state(port, c.session_id)["state"]["responses"][response_id]
+    assert (resp["status"], resp["status_reason"], resp["status_error_code"]) == ("cancelled", "client_cancelled", "session_expired")
+    # The wire event a resume (or an export) would carry, projected from the log.
+    state, wire = SessionState(), None
+    for r in log.read_session(c.session_id):
+        after = evolve(state, r.seq, r.event)
+        wire = next((w for w in project(state, r.seq, r.event, after) if w["type"] == "response.done"), wire)
+        state = after
+    assert wire["response"]["status_details"] == {
+        "type": "cancelled", "reason": "client_cancelled",
+        "error": {"type": "session_ended", "code": "session_expired", "message": done.error_message},
+    }
+    shown = subprocess.run(
+        [sys.executable, "-m", "duplex_es.cli.main", "replay", c.session_id, "--db", url, "--json"], capture_output=True, text=True, timeout=60
+    )
+    assert shown.returncode == 0, shown.stderr
+    line = next(row["summary"] for row in json.loads(shown.stdout)["timeline"] if row["type"] == "response.done")
+    assert "reason=client_cancelled" in line and "cause=session_expired" in line
+    log.db.dispose()
     state = session_state(port, c.session_id)
     assert state["live"] is False and state["state"]["status"] == "expired"
     from duplex_es.audit import audit_session

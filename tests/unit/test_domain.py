@@ -666,3 +666,50 @@ def test_an_expiry_decided_from_a_detach_a_resume_already_ended_does_nothing():
     h.run(Detach(at_ms=3_000))
     [expired] = h.run(Expire(reason="disconnect_grace_expired", now_ms=40_000, since_ms=3_000))
     assert expired.TYPE == "session.expired" and not h.state.is_open
+
+
+# ------------------------------------------------------------------ faults and the listener
+
+
+def test_a_detach_leaves_the_response_generating_and_its_next_tick_is_issued():
+    """A dropped connection or a server restart changes only the lease: the response goes on
+    (today's main cancelled it, "nobody is listening")."""
+    from duplex_es.domain import Detach, Resume
+
+    h = Harness.open()
+    rid = h.spoken_turn()
+    h.output(ms=250, text="first ")
+    for reason in ("connection_closed", "server_restart"):
+        before = h.state.epoch
+        [detached] = h.run(Detach(at_ms=1_000, reason=reason))
+        assert detached.TYPE == "session.detached" and h.state.epoch == before
+        assert h.state.responses[rid].active
+        h.run(Resume(expected_generation=h.state.lease.generation, at_ms=1_100))
+    h.run(Detach(at_ms=2_000))
+    [tick] = h.pump()
+    assert tick.TYPE == "tick.issued" and tick.response_id == rid and tick.chunk_index == 1
+    h.output(ms=250, text="second", final=True)
+    [done] = h.pump()
+    assert (done.TYPE, done.status, done.reason, done.error_code) == ("response.done", "completed", None, None)
+    assert h.state.items[h.state.responses[rid].item_id].full_text == "first second"
+
+
+@pytest.mark.parametrize("ending", ["expire", "close"])
+def test_a_response_the_sessions_end_cuts_short_keeps_gas_reason_and_names_the_real_cause(ending):
+    from duplex_es.domain import Detach, Expire
+
+    h = Harness.open()
+    rid = h.spoken_turn()
+    if ending == "expire":
+        h.run(Detach(at_ms=1_000))
+        events = h.run(Expire(reason="disconnect_grace_expired", now_ms=31_000, since_ms=1_000))
+        code, words = "session_expired", "disconnect grace"
+    else:
+        events = h.run(CloseSession(event_id="bye"))
+        code, words = "session_closed", "session.close"
+    epoch, done = events[0], events[1]
+    assert isinstance(epoch, EpochAdvanced) and epoch.reason == code
+    assert isinstance(done, ResponseDone) and (done.status, done.reason, done.error_code) == ("cancelled", "client_cancelled", code)
+    assert words in done.error_message
+    resp = h.state.responses[rid]
+    assert (resp.status, resp.status_reason, resp.status_error_code) == ("cancelled", "client_cancelled", code)

@@ -295,3 +295,24 @@ def test_the_fast_strict_base64_check_agrees_with_its_definition(text):
     from duplex_es.protocol.inbound import strict_b64decode
 
     assert strict_b64decode(text) == _reference_strict_b64(text)
+
+
+def test_a_response_cut_short_by_expiry_keeps_a_ga_reason_and_carries_the_cause_in_status_details_error():
+    """Clients accept only GA's reasons (the Agents SDK hung on another): the cause rides in
+    ``status_details.error``, which the SDK's types validate."""
+    from duplex_es.domain import Detach, Expire, SessionState, evolve
+
+    h = Harness.open()
+    h.spoken_turn()
+    h.run(Detach(at_ms=1_000))
+    h.run(Expire(reason="disconnect_grace_expired", now_ms=31_000, since_ms=1_000))
+    state, done = SessionState(), None
+    for seq, ev in h.log:
+        after = evolve(state, seq, ev)
+        done = next((w for w in project(state, seq, ev, after) if w["type"] == "response.done"), done)
+        state = after
+    assert done is not None
+    details = SERVER_EVENT.validate_python(done).response.status_details
+    assert (details.type, details.reason) == ("cancelled", "client_cancelled")
+    assert (details.error.type, details.error.code) == ("session_ended", "session_expired")
+    assert "disconnect grace" in details.error.message
