@@ -366,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--resume-throttle-window-ms", type=positive_int, default=60_000,
-        help="window of the failed-resume throttle (ms; default 60 s): 10 failures per session, 30 per client address",
+        help="window of the failed-resume throttle (ms; default 60 s): 10 failures per session, 30 per key and client address",
     )
     p.add_argument("--poll-ms", type=positive_int, default=5, help="log polling interval while idle (ms)")
     p.add_argument("--idle-ttl-ms", type=positive_int, default=300_000, help="expire sessions idle this long (ms, default 300 s)")

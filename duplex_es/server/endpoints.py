@@ -60,6 +60,11 @@ class _Connection:
     peer: Optional[str]
     failures: int = 0
 
+    @property
+    def source(self) -> Optional[str]:
+        """``principal@address``: whom the throttle counts failures against besides the session."""
+        return None if self.peer is None else f"{self.principal.name or 'anonymous'}@{self.peer}"
+
 
 async def _resume(
     server: "Server", request: ResumeRequest, kind: str, conn: _Connection, *, in_url: bool = False
@@ -70,10 +75,10 @@ async def _resume(
     guessing writes nothing into anyone's log — and counted for the throttle, the
     ``duplex_es_resume_failures_total`` counter and a log line (never with the token)."""
     try:
-        server.throttle.check(request.session_id, conn.peer, conn.failures)
+        server.throttle.check(request.session_id, conn.source, conn.failures)
     except Throttled as throttled:
         RESUME_FAILURES.labels(Code.RATE_LIMITED, kind).inc()
-        log.warning("resume of %.64r from %s throttled (%s)", request.session_id, conn.peer, throttled.scope)
+        log.warning("resume of %.64r from %s throttled (%s)", request.session_id, conn.source, throttled.scope)
         refusal = _error(Code.RATE_LIMITED, str(throttled), "session_id", request.event_id)
         refusal["error"]["retry_after_ms"] = throttled.retry_after_ms
         return None, refusal
@@ -89,12 +94,12 @@ async def _resume(
         )
     except ResumeRefused as refused:
         conn.failures += 1
-        # A session this principal cannot see is counted against the peer only: counting it
+        # A session this principal cannot see is counted against the source only: counting it
         # per session would let anyone lock out an id, and would keep state for made-up ids.
         visible = refused.code != Code.SESSION_NOT_FOUND
-        server.throttle.failed(request.session_id if visible else None, conn.peer)
+        server.throttle.failed(request.session_id if visible else None, conn.source)
         RESUME_FAILURES.labels(refused.code, kind).inc()
-        log.warning("resume of %.64r from %s (principal %s) refused: %s", request.session_id, conn.peer, conn.principal.name, refused.code)
+        log.warning("resume of %.64r from %s refused: %s", request.session_id, conn.source, refused.code)
         return None, _error(refused.code, refused.message, refused.param, request.event_id)
     log.info("session %s resumed (lease generation %d)", host.session_id, host.state.lease.generation)
     return host, None

@@ -1,4 +1,5 @@
-"""Throttling failed resumes, per session, per peer address and per connection.
+"""Throttling failed resumes, per session, per source (a principal at a client address) and
+per connection.
 
 A resume token has 256 bits, so guessing one is hopeless; the throttle is there so a flood of
 guesses costs the server little, cannot write into anyone's log, and shows up for an operator
@@ -29,7 +30,7 @@ _PRUNE_AT = 4096
 
 class Throttled(Exception):
     """A resume refused by the throttle; ``scope`` is ``"connection"``, ``"session"`` or
-    ``"peer"``, ``retry_after_ms`` how long until one more attempt is allowed (``None``: not
+    ``"source"``, ``retry_after_ms`` how long until one more attempt is allowed (``None``: not
     on this connection — open a new one)."""
 
     def __init__(self, scope: str, retry_after_ms: Optional[int]) -> None:
@@ -48,7 +49,9 @@ class ResumeThrottle:
         window_ms: the window (ms).
         per_session: failures of one session within the window after which its resumes are
             refused until the oldest of them leaves the window.
-        per_peer: the same for one client address (a guesser spreading over sessions).
+        per_source: the same for one source: a principal at one client address (a guesser
+            spreading over sessions). Not the address alone: behind a proxy every client has
+            the proxy's address, and one guesser would lock everyone out.
         per_connection: failures after which a connection may not try again at all.
         clock: monotonic ms (tests may pass their own).
     """
@@ -58,43 +61,43 @@ class ResumeThrottle:
         window_ms: int = 60_000,
         *,
         per_session: int = 10,
-        per_peer: int = 30,
+        per_source: int = 30,
         per_connection: int = 3,
         clock: Callable[[], float] = lambda: time.monotonic() * 1000,
     ) -> None:
-        if window_ms <= 0 or min(per_session, per_peer, per_connection) <= 0:
-            raise ValueError(f"the resume throttle needs a positive window and limits; got {window_ms} ms, {per_session}/{per_peer}/{per_connection}")
+        if window_ms <= 0 or min(per_session, per_source, per_connection) <= 0:
+            raise ValueError(f"the resume throttle needs a positive window and limits; got {window_ms} ms, {per_session}/{per_source}/{per_connection}")
         self.window_ms = window_ms
-        self.per_session, self.per_peer, self.per_connection = per_session, per_peer, per_connection
+        self.per_session, self.per_source, self.per_connection = per_session, per_source, per_connection
         self.clock = clock
         self._failures: dict[Hashable, Deque[float]] = {}
 
-    def check(self, session_id: str, peer: Optional[str], connection_failures: int) -> None:
+    def check(self, session_id: str, source: Optional[str], connection_failures: int) -> None:
         """Refuse a resume attempt before anything else is done for it.
 
         Raises:
-            Throttled: the connection, the session or the peer address failed too often.
+            Throttled: the connection, the session or the source failed too often.
         """
         if connection_failures >= self.per_connection:
             raise Throttled("connection", None)
         now = self.clock()
-        for scope, key, limit in (("session", ("s", session_id), self.per_session), ("peer", ("p", peer), self.per_peer)):
-            if scope == "peer" and peer is None:
+        for scope, key, limit in (("session", ("s", session_id), self.per_session), ("source", ("p", source), self.per_source)):
+            if scope == "source" and source is None:
                 continue
             recent = self._recent(key, now)
             if len(recent) >= limit:
                 raise Throttled(scope, max(1, int(recent[len(recent) - limit] + self.window_ms - now) + 1))
 
-    def failed(self, session_id: Optional[str], peer: Optional[str]) -> None:
+    def failed(self, session_id: Optional[str], source: Optional[str]) -> None:
         """Count a failed resume of ``session_id`` (``None``: one that names no session this
-        principal may see, counted against the peer only) from ``peer``."""
+        principal may see, counted against the source only) from ``source``."""
         now = self.clock()
         if len(self._failures) > _PRUNE_AT:
             self._prune(now)
         if session_id is not None:
             self._failures.setdefault(("s", session_id), collections.deque(maxlen=self.per_session)).append(now)
-        if peer is not None:
-            self._failures.setdefault(("p", peer), collections.deque(maxlen=self.per_peer)).append(now)
+        if source is not None:
+            self._failures.setdefault(("p", source), collections.deque(maxlen=self.per_source)).append(now)
 
     def _recent(self, key: Hashable, now: float) -> Deque[float]:
         recent = self._failures.get(key)

@@ -106,7 +106,7 @@ class Clock:
 
 def test_the_throttle_refuses_a_session_for_at_most_one_window_after_its_last_counted_failure():
     clock = Clock()
-    t = ResumeThrottle(1_000, per_session=3, per_peer=100, per_connection=100, clock=clock)
+    t = ResumeThrottle(1_000, per_session=3, per_source=100, per_connection=100, clock=clock)
     for i in range(3):
         t.check("s", "p", 0)
         t.failed("s", "p")
@@ -123,15 +123,15 @@ def test_the_throttle_refuses_a_session_for_at_most_one_window_after_its_last_co
     t.check("s", "p", 0)
 
 
-def test_the_throttle_counts_per_peer_and_per_connection():
+def test_the_throttle_counts_per_source_and_per_connection():
     clock = Clock()
-    t = ResumeThrottle(1_000, per_session=100, per_peer=5, per_connection=2, clock=clock)
+    t = ResumeThrottle(1_000, per_session=100, per_source=5, per_connection=2, clock=clock)
     with pytest.raises(Throttled) as throttled:
         t.check("s", "p", 2)
     assert throttled.value.scope == "connection" and throttled.value.retry_after_ms is None
     for i in range(5):
-        t.failed(None, "p")  # ids nobody may see count against the peer only
-    with pytest.raises(Throttled, match="peer"):
+        t.failed(None, "p")  # ids nobody may see count against the source only
+    with pytest.raises(Throttled, match="source"):
         t.check(f"s{i}", "p", 0)
     t.check("s", "q", 0)
     assert ("s", None) not in t._failures

@@ -1,7 +1,7 @@
 """A client cannot predict the ids a real server hands out (issue 12, item 2).
 
 The attack (tests/mersenne.py) predicts every later id of the seeded ``random.Random`` ids once
-came from (shown in tests/unit/test_ids.py). Here it is fed a stream of ids a client collects
+came from (shown in tests/unit/test_id_attack.py). Here it is fed a stream of ids a client collects
 from a quiet server — the ``event_id`` of 400 ``error`` replies in a row, then session, item and
 response ids — and must predict none of the ids that follow.
 """

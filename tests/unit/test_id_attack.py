@@ -2,7 +2,7 @@
 
 The attack of tests/mersenne.py predicts every id of the seeded ``random.Random`` generator ids
 once came from; here it is shown to work on that generator, and to fail on ``new_id``. The
-system test (tests/system/test_ids.py) runs it on a real server's ids.
+system test (tests/system/test_unpredictable_ids.py) runs it on a real server's ids.
 """
 
 from __future__ import annotations
