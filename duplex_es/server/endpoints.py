@@ -75,7 +75,7 @@ async def _resume(
     guessing writes nothing into anyone's log — and counted for the throttle, the
     ``duplex_es_resume_failures_total`` counter and a log line (never with the token)."""
     try:
-        server.throttle.check(request.session_id, conn.source, conn.failures)
+        server.throttle.check((conn.principal.name, request.session_id), conn.source, conn.failures)
     except Throttled as throttled:
         RESUME_FAILURES.labels(Code.RATE_LIMITED, kind).inc()
         log.warning("resume of %.64r from %s throttled (%s)", request.session_id, conn.source, throttled.scope)
@@ -96,8 +96,10 @@ async def _resume(
         conn.failures += 1
         # A session this principal cannot see is counted against the source only: counting it
         # per session would let anyone lock out an id, and would keep state for made-up ids.
+        # Sessions are counted per principal too, so a lock shown to another principal cannot
+        # tell it that the id exists (it gets session_not_found, as for any id it cannot see).
         visible = refused.code != Code.SESSION_NOT_FOUND
-        server.throttle.failed(request.session_id if visible else None, conn.source)
+        server.throttle.failed((conn.principal.name, request.session_id) if visible else None, conn.source)
         RESUME_FAILURES.labels(refused.code, kind).inc()
         log.warning("resume of %.64r from %s refused: %s", request.session_id, conn.source, refused.code)
         return None, _error(refused.code, refused.message, refused.param, request.event_id)

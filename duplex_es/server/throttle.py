@@ -72,8 +72,9 @@ class ResumeThrottle:
         self.clock = clock
         self._failures: dict[Hashable, Deque[float]] = {}
 
-    def check(self, session_id: str, source: Optional[str], connection_failures: int) -> None:
-        """Refuse a resume attempt before anything else is done for it.
+    def check(self, session: Hashable, source: Optional[str], connection_failures: int) -> None:
+        """Refuse a resume attempt of ``session`` (any key: the endpoints use the principal's name
+        and the session id) from ``source`` before anything else is done for it.
 
         Raises:
             Throttled: the connection, the session or the source failed too often.
@@ -81,21 +82,21 @@ class ResumeThrottle:
         if connection_failures >= self.per_connection:
             raise Throttled("connection", None)
         now = self.clock()
-        for scope, key, limit in (("session", ("s", session_id), self.per_session), ("source", ("p", source), self.per_source)):
+        for scope, key, limit in (("session", ("s", session), self.per_session), ("source", ("p", source), self.per_source)):
             if scope == "source" and source is None:
                 continue
             recent = self._recent(key, now)
             if len(recent) >= limit:
                 raise Throttled(scope, max(1, int(recent[len(recent) - limit] + self.window_ms - now) + 1))
 
-    def failed(self, session_id: Optional[str], source: Optional[str]) -> None:
-        """Count a failed resume of ``session_id`` (``None``: one that names no session this
+    def failed(self, session: Optional[Hashable], source: Optional[str]) -> None:
+        """Count a failed resume of ``session`` (``None``: one that names no session this
         principal may see, counted against the source only) from ``source``."""
         now = self.clock()
         if len(self._failures) > _PRUNE_AT:
             self._prune(now)
-        if session_id is not None:
-            self._failures.setdefault(("s", session_id), collections.deque(maxlen=self.per_session)).append(now)
+        if session is not None:
+            self._failures.setdefault(("s", session), collections.deque(maxlen=self.per_session)).append(now)
         if source is not None:
             self._failures.setdefault(("p", source), collections.deque(maxlen=self.per_source)).append(now)
 

@@ -122,6 +122,27 @@ def test_a_resume_by_another_principal_looks_exactly_like_one_of_a_missing_sessi
     assert not any(k.encode() in raw for k in KEYS.values())
 
 
+def test_a_throttled_session_still_looks_missing_to_other_principals(keyed):
+    """Guessing by a holder of alice's key locks alice's session (per session), but bob is
+    answered session_not_found, byte for byte as for an unknown id: the lock does not show him
+    that the id exists."""
+    port, log, _ = keyed
+    alice = WsClient(port, headers=bearer("alice"))
+    alice.drop()
+    wait_for(log, alice.session_id, "session.detached")
+    codes = []
+    for _ in range(4):
+        c = WsClient(port, headers=bearer("alice"))
+        for _ in range(3):
+            c.send(resume(alice.session_id, "G" * 43))
+            codes.append(c.error()["code"])
+        c.ws.close()
+    assert codes.count(Code.RESUME_TOKEN_INVALID) == 10 and codes[-1] == Code.RATE_LIMITED
+    theirs = refusal(port, "bob", resume(alice.session_id, "G" * 43, event_id="r"))
+    missing = refusal(port, "bob", resume(MADE_UP, "G" * 43, event_id="r"))
+    assert json.dumps(theirs).replace(alice.session_id, "ID") == json.dumps(missing).replace(MADE_UP, "ID")
+
+
 def test_world_sessions_belong_to_their_principal_too(keyed):
     port, log, _ = keyed
     ws = connect(f"ws://127.0.0.1:{port}/v1/world", additional_headers=bearer("alice"))
