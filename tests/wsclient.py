@@ -25,10 +25,11 @@ class WsClient:
         query: Optional[dict[str, Any]] = None,
         first: Optional[dict[str, Any]] = None,
         wait: bool = True,
+        headers: Optional[dict[str, str]] = None,
     ) -> None:
-        """Connect (with extra URL ``query`` parameters, sending ``first`` at once); with
-        ``wait``, until ``session.created`` — or ``session.resumed`` when resuming."""
-        headers = {"OpenAI-Beta": "realtime=v1"} if beta else {}
+        """Connect (with extra URL ``query`` parameters and HTTP ``headers``, sending ``first``
+        at once); with ``wait``, until ``session.created`` — or ``session.resumed`` when resuming."""
+        headers = {**({"OpenAI-Beta": "realtime=v1"} if beta else {}), **(headers or {})}
         self.port = port
         self.beta = beta
         url = f"ws://127.0.0.1:{port}/v1/realtime?" + urlencode({"model": model, **(query or {})})

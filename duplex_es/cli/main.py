@@ -13,7 +13,7 @@ import os
 import signal
 import socket
 import sys
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import attrs
 import sqlalchemy as sa
@@ -24,6 +24,9 @@ from duplex_es.cli.arguments import CliError, non_negative_int, port, positive_i
 from duplex_es.cli.discovery import add_tool_commands
 from duplex_es.errors import DuplexError
 from duplex_es.store import Database, EventLog, KeyRing, upgrade
+
+if TYPE_CHECKING:
+    from duplex_es.server.principals import Keyring
 
 __all__ = ["main", "build_parser"]
 
@@ -93,6 +96,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from duplex_es.protocol import MAX_FRAME_BYTES
     from duplex_es.server.app import create_app
     from duplex_es.server.models import ModelMap
+    from duplex_es.server.throttle import ResumeThrottle
 
     try:
         models = ModelMap.from_specs(args.model or ())
@@ -100,11 +104,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"duplex-es serve: --model: {err}", file=sys.stderr)
         return 2
     keys = _chain_keys(args)
+    keyring = _keyring(args)
     _open_db(args).dispose()  # migrate without a bound: a migration may run long
     db = Database(args.db, synchronous=args.sqlite_synchronous, write_timeout_ms=args.commit_timeout_ms)
     app = create_app(
         db,
-        api_key=args.api_key,
+        keyring=keyring,
+        resume_throttle=ResumeThrottle(args.resume_throttle_window_ms),
+        url_token_leeway_ms=args.url_token_leeway_ms,
         poll_ms=args.poll_ms,
         idle_ttl_ms=args.idle_ttl_ms,
         disconnect_grace_ms=args.disconnect_grace_ms,
@@ -128,6 +135,37 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level.lower(),
     )
     return 0
+
+
+def _keyring(args: argparse.Namespace) -> "Keyring":
+    """The API keys ``serve`` was given, after refusing to serve without any on an address
+    other hosts can reach unless ``--allow-unauthenticated`` says so (docs/security.md).
+
+    Raises:
+        CliError: both ``--api-key`` and ``--api-keys``; no key on a non-loopback ``--host``
+            without ``--allow-unauthenticated``.
+        KeysFileError: the keys file or the key is unusable (the message names the entry).
+    """
+    import ipaddress
+
+    from duplex_es.server.principals import Keyring
+
+    if args.api_key is not None and args.api_keys is not None:
+        raise CliError("give --api-key (or $DUPLEX_ES_API_KEY) or --api-keys, not both")
+    if args.api_keys is not None:
+        return Keyring.load(args.api_keys)
+    if args.api_key is not None:
+        return Keyring.single(args.api_key)
+    try:
+        loopback = args.host == "localhost" or ipaddress.ip_address(args.host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not args.allow_unauthenticated:
+        raise CliError(
+            f"--host {args.host} is reachable from other machines, but no --api-key or --api-keys is set: anyone "
+            "could open and read sessions; give keys, or --allow-unauthenticated if that is what you want"
+        )
+    return Keyring()
 
 
 def _load_plugin(spec: str) -> object:
@@ -388,7 +426,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", parents=[common, chain_key], help="run the Realtime WebSocket server")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=port, default=8000)
-    p.add_argument("--api-key", default=os.environ.get("DUPLEX_ES_API_KEY"), help="require this bearer token ($DUPLEX_ES_API_KEY)")
+    p.add_argument(
+        "--api-key", default=os.environ.get("DUPLEX_ES_API_KEY"),
+        help="require this bearer token ($DUPLEX_ES_API_KEY): one operator principal named 'default'",
+    )
+    p.add_argument(
+        "--api-keys", metavar="FILE",
+        help='JSON file of API keys, each a principal: [{"name": "alice", "key": "...", "role": "client"|"operator"}] '
+        "(docs/security.md); restart to apply changes",
+    )
+    p.add_argument(
+        "--allow-unauthenticated", action="store_true",
+        help="serve without API keys on a --host other than loopback (default: refuse to start)",
+    )
+    p.add_argument(
+        "--url-token-leeway-ms", type=non_negative_int, default=60_000,
+        help="how long a resume token that came in a URL may still retry a lost session.resumed (ms; default 60 s)",
+    )
+    p.add_argument(
+        "--resume-throttle-window-ms", type=positive_int, default=60_000,
+        help="window of the failed-resume throttle (ms; default 60 s): 10 failures per session, 30 per key and client address",
+    )
     p.add_argument("--poll-ms", type=positive_int, default=5, help="log polling interval while idle (ms)")
     p.add_argument("--idle-ttl-ms", type=positive_int, default=300_000, help="expire sessions idle this long (ms, default 300 s)")
     p.add_argument(

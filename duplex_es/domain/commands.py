@@ -91,13 +91,15 @@ class ClientCommand:
 class OpenSession:
     """Create the session (the host sends it when a connection opens a new session);
     ``model`` is the name the client asked for, ``engine`` the engine serving it (``""``: the
-    model's own name); ``resume_token_hash`` is the digest of the resume token issued with it.
+    model's own name); ``resume_token_hash`` is the digest of the resume token issued with it;
+    ``principal`` the name of the principal opening it (``None``: anonymous).
     Turn detection starts as OpenAI's default (``server_vad``)."""
 
     session_id: str
     model: str
     engine: str = ""
     resume_token_hash: Optional[str] = None
+    principal: Optional[str] = None
 
 
 @attrs.frozen(kw_only=True)
@@ -180,13 +182,17 @@ class Resume(ClientCommand):
     ``expected_generation`` and, when ``token_hash`` is given, it is the digest of the current
     resume token (a wire client must present one; an in-process caller of the Python API need
     not). ``new_token_hash`` is the digest of the rotated token (``None``: keep the token);
-    ``last_server_event_seq`` the last wire event the client saw, recorded for audit."""
+    ``last_server_event_seq`` the last wire event the client saw, recorded for audit;
+    ``token_in_url``: the token came in the connection URL, so once rotated away its leeway
+    lasts only ``url_leeway_ms`` (ms) from this resume."""
 
     expected_generation: int
     at_ms: int
     token_hash: Optional[str] = None
     new_token_hash: Optional[str] = None
     last_server_event_seq: Optional[int] = None
+    token_in_url: bool = False
+    url_leeway_ms: int = 60_000
 
 
 @attrs.frozen(kw_only=True)

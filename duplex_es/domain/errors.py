@@ -28,6 +28,7 @@ class Code:
     RESUME_TOKEN_INVALID = "invalid_resume_token"
     RESUME_NOT_FIRST = "session_resume_not_first"
     SESSION_NOT_FOUND = "session_not_found"
+    RATE_LIMITED = "rate_limited"  # too many failed resumes: wait retry_after_ms
     INVALID_TURN_SIGNAL = "invalid_turn_signal"
     BUFFER_NOT_EMPTY = "input_audio_buffer_not_empty"
     SESSION_ALREADY_OPEN = "session_already_open"

@@ -40,9 +40,13 @@ def resume_events(cmd: Resume, state: HasLease) -> list[Event]:
     the connection or the server died before it arrived, the client holds nothing else and
     retries with the old one — the leeway refresh-token rotation (RFC 6819 §5.2.2.3) is commonly
     given for a lost reply. Every resume moves it on, so older tokens stay refused; while a
-    client is attached it is refused too, so two clients racing with one token get one winner."""
+    client is attached it is refused too, so two clients racing with one token get one winner.
+    A token that came in a URL (an access log may hold it) keeps that leeway only for
+    ``cmd.url_leeway_ms`` after the resume that rotated it away: long enough to retry a lost
+    reply, too short for whoever reads the log later (docs/sources.md, "Bearer credentials in
+    URLs")."""
     lease: Lease = state.lease
-    if cmd.token_hash is not None and not _retry_of_latest_resume(cmd.token_hash, lease):
+    if cmd.token_hash is not None and not _retry_of_latest_resume(cmd, cmd.token_hash, lease):
         if lease.token_hash is None or not _same(cmd.token_hash, lease.token_hash):
             if any(_same(cmd.token_hash, old) for old in lease.retired_token_hashes):
                 return reject(
@@ -66,12 +70,19 @@ def resume_events(cmd: Resume, state: HasLease) -> list[Event]:
             at_ms=cmd.at_ms,
             resume_token_hash=cmd.new_token_hash,
             last_server_event_seq=cmd.last_server_event_seq,
+            token_in_url=cmd.token_in_url,
         )
     ]
 
 
-def _retry_of_latest_resume(token_hash: str, lease: Lease) -> bool:
-    return lease.detached_at_ms is not None and bool(lease.retired_token_hashes) and _same(token_hash, lease.retired_token_hashes[-1])
+def _retry_of_latest_resume(cmd: Resume, token_hash: str, lease: Lease) -> bool:
+    in_url_at = lease.retired_in_url_at_ms
+    return (
+        lease.detached_at_ms is not None
+        and (in_url_at is None or cmd.at_ms - in_url_at <= cmd.url_leeway_ms)
+        and bool(lease.retired_token_hashes)
+        and _same(token_hash, lease.retired_token_hashes[-1])
+    )
 
 
 def grace_still_running_out(cmd: Expire, lease: Lease) -> bool:
@@ -80,9 +91,10 @@ def grace_still_running_out(cmd: Expire, lease: Lease) -> bool:
     return cmd.reason != "disconnect_grace_expired" or lease.detached_at_ms == cmd.since_ms
 
 
-def with_token(state: HasLease, token_hash: str | None) -> HasLease:
-    """``state`` whose lease holds the resume token digest a session was opened with."""
-    return replace(state, lease=replace(state.lease, token_hash=token_hash))
+def with_token(state: HasLease, token_hash: str | None, principal: str | None = None) -> HasLease:
+    """``state`` whose lease holds the resume token digest a session was opened with, and the
+    name of the principal that opened it (``None``: anonymous)."""
+    return replace(state, lease=replace(state.lease, token_hash=token_hash, principal=principal))
 
 
 def evolve_session_detached(ev: SessionDetached, state: HasLease, seq: int) -> HasLease:
@@ -92,15 +104,18 @@ def evolve_session_detached(ev: SessionDetached, state: HasLease, seq: int) -> H
 def evolve_session_resumed(ev: SessionResumed, state: HasLease, seq: int) -> HasLease:
     old = state.lease
     away = max(0, ev.at_ms - old.detached_at_ms) if old.detached_at_ms is not None else 0
-    token, retired = old.token_hash, old.retired_token_hashes
+    token, retired, in_url_at = old.token_hash, old.retired_token_hashes, old.retired_in_url_at_ms
     if ev.resume_token_hash is not None:
         token = ev.resume_token_hash
         retired = retired + ((old.token_hash,) if old.token_hash is not None else ())
+        in_url_at = ev.at_ms if ev.token_in_url else None
     lease = Lease(
         generation=ev.lease_generation,
         detached_at_ms=None,
         token_hash=token,
         retired_token_hashes=retired,
         detached_total_ms=old.detached_total_ms + away,
+        principal=old.principal,
+        retired_in_url_at_ms=in_url_at,
     )
     return replace(state, lease=lease)

@@ -127,7 +127,7 @@ def open_session(cmd: OpenSession) -> list[Event]:
     """A speech session's first event. Turn detection starts as OpenAI's default (server VAD),
     which clients expect."""
     config = SessionConfig(model=cmd.model, engine=cmd.engine or cmd.model, turn_detection=TurnDetection())
-    return [SessionOpened(session_id=cmd.session_id, config=config, resume_token_hash=cmd.resume_token_hash)]
+    return [SessionOpened(session_id=cmd.session_id, config=config, resume_token_hash=cmd.resume_token_hash, principal=cmd.principal)]
 
 
 def decide_update_session(cmd: UpdateSession, state: SessionState) -> list[Event]:
@@ -291,7 +291,7 @@ def decide_expire(cmd: Expire, state: SessionState) -> list[Event]:
 
 
 def evolve_session_opened(ev: SessionOpened, state: SessionState, seq: int) -> SessionState:
-    return with_token(replace(state, session_id=ev.session_id, status=SessionStatus.OPEN, config=ev.config), ev.resume_token_hash)
+    return with_token(replace(state, session_id=ev.session_id, status=SessionStatus.OPEN, config=ev.config), ev.resume_token_hash, ev.principal)
 
 
 def evolve_session_updated(ev: SessionUpdated, state: SessionState, seq: int) -> SessionState:

@@ -250,7 +250,10 @@ class Lease:
     ``token_hash`` is the SHA-256 hex digest of the current resume token (the token is never
     stored); ``retired_token_hashes`` those of tokens a resume rotated away, so a stale token is
     told apart from a wrong one. ``detached_total_ms`` sums the finished detached intervals
-    (a world session's realtime pacing does not count them).
+    (a world session's realtime pacing does not count them). ``principal`` names the
+    principal that owns the session (``None``: anonymous). ``retired_in_url_at_ms``: when the
+    latest resume, whose token came in a URL, rotated it away (Unix ms; ``None``: it came in a
+    message), which bounds that token's leeway.
     """
 
     generation: int = 0
@@ -258,6 +261,8 @@ class Lease:
     token_hash: Optional[str] = None
     retired_token_hashes: tuple[str, ...] = ()
     detached_total_ms: int = 0
+    principal: Optional[str] = None
+    retired_in_url_at_ms: Optional[int] = None
 
 
 @attrs.frozen(kw_only=True)

@@ -216,6 +216,7 @@ class StartWorld:
     config: WorldConfig
     at_ms: int
     resume_token_hash: Optional[str] = None
+    principal: Optional[str] = None
 
 
 @attrs.frozen(kw_only=True)
@@ -308,6 +309,7 @@ def start_world(cmd: StartWorld) -> list[Event]:
             config=cmd.config,
             at_ms=cmd.at_ms,
             resume_token_hash=cmd.resume_token_hash,
+            principal=cmd.principal,
         )
     ]
 
@@ -423,7 +425,7 @@ def evolve_world_started(ev: WorldStarted, state: WorldState, seq: int) -> World
     started = replace(
         state, session_id=ev.session_id, status=WorldStatus.ACTIVE, config=ev.config, prompt=ev.config.prompt, epoch_started_at_ms=ev.at_ms
     )
-    return with_token(started, ev.resume_token_hash)
+    return with_token(started, ev.resume_token_hash, ev.principal)
 
 
 def evolve_interaction_accepted(ev: InteractionAccepted, state: WorldState, seq: int) -> WorldState:

@@ -331,11 +331,14 @@ class SessionOpened(Event):
     """A session came into existence with its initial configuration (wire: ``session.created``).
 
     ``resume_token_hash`` is the SHA-256 hex digest of the resume token the client got with
-    ``session.created``; the token itself is never logged (docs/protocol.md, Resume)."""
+    ``session.created``; the token itself is never logged (docs/protocol.md, Resume).
+    ``principal`` names the API key's principal that opened the session, which owns it
+    (``None``: opened with no keys configured, or before principals existed; never the key)."""
 
     session_id: str
     config: SessionConfig
     resume_token_hash: Optional[str] = None
+    principal: Optional[str] = None
 
 
 @event("session.updated")
@@ -379,13 +382,16 @@ class SessionResumed(Event):
 
     ``resume_token_hash`` is the digest of the rotated token handed to the resuming client
     (``None``: the token did not change); ``last_server_event_seq`` the last wire event the
-    client said it had seen (``None`` when it asked for no replay)."""
+    client said it had seen (``None`` when it asked for no replay). ``token_in_url``: the
+    presented token came in the connection URL (access logs may hold it), so the leeway of the
+    token this resume rotated away is short (docs/protocol.md, Resume)."""
 
     client_event_id: Optional[str] = None
     lease_generation: int
     at_ms: int
     resume_token_hash: Optional[str] = None
     last_server_event_seq: Optional[int] = None
+    token_in_url: bool = False
 
 
 @event("session.expired")

@@ -80,13 +80,15 @@ class ControlEvent:
 @event("world.session.started")
 class WorldStarted(Event):
     """A world session came into existence at ``at_ms`` (Unix ms; realtime pacing counts from
-    it) (wire: ``session.started``). ``resume_token_hash``: as for ``session.opened``."""
+    it) (wire: ``session.started``). ``resume_token_hash`` and ``principal``: as for
+    ``session.opened``."""
 
     client_event_id: Optional[str] = None
     session_id: str
     config: WorldConfig
     at_ms: int = 0
     resume_token_hash: Optional[str] = None
+    principal: Optional[str] = None
 
 
 @event("world.interaction.accepted")

@@ -19,7 +19,9 @@ from starlette.routing import Route, WebSocketRoute
 from duplex_es.events import to_plain
 from duplex_es.server.endpoints import Server, realtime, world
 from duplex_es.server.models import ModelMap
+from duplex_es.server.principals import Keyring
 from duplex_es.server.sessions import DEFAULT_MODEL, DuplexSessions
+from duplex_es.server.throttle import ResumeThrottle
 from duplex_es.snapshots import load_state
 from duplex_es.store import Database, KeyRing
 
@@ -32,6 +34,8 @@ def create_app(
     db: Database,
     *,
     api_key: str | None = None,
+    keyring: Keyring | None = None,
+    resume_throttle: ResumeThrottle | None = None,
     poll_ms: int = 5,
     idle_ttl_ms: int = 300_000,
     disconnect_grace_ms: int = 30_000,
@@ -43,12 +47,18 @@ def create_app(
     models: ModelMap | None = None,
     commit_timeout_ms: float = 2000.0,
     chain_keys: KeyRing | None = None,
+    url_token_leeway_ms: int = 60_000,
 ) -> Starlette:
     """Build the server for one database.
 
     Args:
         db: the log's database (already migrated).
-        api_key: if set, clients must send ``Authorization: Bearer <api_key>``.
+        api_key: if set, clients must send ``Authorization: Bearer <api_key>``: shorthand for
+            a keyring of one operator principal named ``default``.
+        keyring: the API keys, each a named principal (``serve --api-keys``); give this or
+            ``api_key``. Neither: every request is anonymous and sessions have no owner.
+        resume_throttle: the throttle of failed resumes (default: 60 s window, see
+            :class:`~duplex_es.server.throttle.ResumeThrottle`).
         poll_ms: how often the log follower polls for worker outputs while idle.
         idle_ttl_ms, disconnect_grace_ms, reaper_interval_ms: session leases (docs/protocol.md).
         snapshot_every: snapshot each session's state every this many events (0: never).
@@ -59,7 +69,15 @@ def create_app(
         commit_timeout_ms: the longest a command waits for the log's write lock before it is
             refused with ``log_unavailable`` (ms).
         chain_keys: the chain key ring the log's hashes are signed with (``None``: unkeyed).
+        url_token_leeway_ms: how long a resume token that came in a URL may retry a lost reply
+            after the resume that used it (ms; docs/security.md).
+
+    Raises:
+        ValueError: both ``api_key`` and ``keyring`` given, or an empty ``api_key``.
     """
+    if api_key is not None and keyring is not None:
+        raise ValueError("give api_key or keyring, not both")
+    keys = keyring if keyring is not None else Keyring.single(api_key) if api_key is not None else Keyring()
     sessions = DuplexSessions(
         db,
         idle_ttl_ms=idle_ttl_ms,
@@ -73,6 +91,7 @@ def create_app(
         models=models,
         commit_timeout_ms=commit_timeout_ms,
         chain_keys=chain_keys,
+        url_token_leeway_ms=url_token_leeway_ms,
     )
 
     @contextlib.asynccontextmanager
@@ -95,15 +114,18 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.sessions = sessions
-    app.state.server = Server(sessions=sessions, db=db, api_key=api_key)
+    app.state.server = Server(sessions=sessions, db=db, keyring=keys, throttle=resume_throttle or ResumeThrottle())
     return app
 
 
 async def session_state(request: Request) -> Response:
-    """``GET /v1/sessions/{session_id}``: the session's state (live, or rebuilt from the log)."""
+    """``GET /v1/sessions/{session_id}``: the session's state (live, or rebuilt from the log).
+    A session the caller's principal may not read (another principal's, unless an operator
+    asks) gets exactly the answer of one that does not exist: 404 ``session_not_found``."""
     server: Server = request.app.state.server
     sessions = server.sessions
-    if not server.authorized(request.headers):
+    principal = server.authenticate(request.headers)
+    if principal is None:
         return JSONResponse({"error": {"code": "invalid_api_key", "message": "send Authorization: Bearer <key>"}}, status_code=401)
     session_id = request.path_params["session_id"]
     host = sessions.get(session_id)
@@ -111,9 +133,10 @@ async def session_state(request: Request) -> Response:
         state, live = host.state, True
     else:
         loaded = await asyncio.to_thread(load_state, sessions.log, sessions.snapshots, session_id, resnapshot=False)
-        if loaded.state.seq == 0:
-            return JSONResponse({"error": {"code": "session_not_found", "message": f"no session {session_id}"}}, status_code=404)
         state, live = loaded.state, False
+    if state.seq == 0 or not principal.may_read(state.lease.principal):
+        log.info("session state of %.64r refused to principal %s (not found or not theirs)", session_id, principal.name)
+        return JSONResponse({"error": {"code": "session_not_found", "message": f"no session {session_id}"}}, status_code=404)
     # The lease shows resume-token digests: a digest of a 256-bit random token gives nothing away.
     return JSONResponse({"session_id": session_id, "live": live, "seq": state.seq, "state": to_plain(state)})
 

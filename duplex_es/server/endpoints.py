@@ -26,8 +26,11 @@ from duplex_es.domain.world import StartWorld, WorldState
 from duplex_es.protocol import CommandError, ResumeRequest, encode_wire, parse_frame, resume_from_query, wire_to_beta
 from duplex_es.protocol.world import parse_world_frame
 from duplex_es.server.host import SessionHost, new_id, now_ms
+from duplex_es.server.principals import Keyring, Principal
 from duplex_es.server.sessions import DuplexSessions, ModelNotServed, ResumeRefused
 from duplex_es.store import Database, LogUnavailable
+from duplex_es.server.throttle import RESUME_FAILURES, ResumeThrottle, Throttled
+from duplex_es.store import Database
 
 __all__ = ["Server", "realtime", "world"]
 
@@ -36,20 +39,52 @@ log = logging.getLogger(__name__)
 
 @attrs.frozen
 class Server:
-    """What the endpoints share: the sessions, the database and the API key (``None``: no
-    authentication), kept in ``app.state.server``."""
+    """What the endpoints share, kept in ``app.state.server``: the sessions, the database, the
+    API keys (an empty :class:`~duplex_es.server.principals.Keyring`: no authentication) and
+    the throttle of failed resumes."""
 
     sessions: DuplexSessions
     db: Database
-    api_key: Optional[str] = None
+    keyring: Keyring = Keyring()
+    throttle: ResumeThrottle = attrs.field(factory=ResumeThrottle)
 
-    def authorized(self, headers: Mapping[str, str]) -> bool:
-        """Whether a request carries ``Authorization: Bearer <api_key>`` (always, without a key)."""
-        return self.api_key is None or headers.get("authorization") == f"Bearer {self.api_key}"
+    def authenticate(self, headers: Mapping[str, str]) -> Optional[Principal]:
+        """The principal ``Authorization: Bearer <key>`` names (the anonymous one without
+        keys); ``None``: refuse the request."""
+        return self.keyring.authenticate(headers)
 
 
-async def _resume(server: "Server", request: ResumeRequest, kind: str) -> tuple[SessionHost | None, dict | None]:
-    """Take over the session a ``session.resume`` names: its handle, or the refusal to send."""
+@attrs.define
+class _Connection:
+    """One WebSocket connection's identity for resumes: who it speaks for, from where, and how
+    many of its resumes failed."""
+
+    principal: Principal
+    peer: Optional[str]
+    failures: int = 0
+
+    @property
+    def source(self) -> Optional[str]:
+        """``principal@address``: whom the throttle counts failures against besides the session."""
+        return None if self.peer is None else f"{self.principal.name or 'anonymous'}@{self.peer}"
+
+
+async def _resume(
+    server: "Server", request: ResumeRequest, kind: str, conn: _Connection, *, in_url: bool = False
+) -> tuple[SessionHost | None, dict | None]:
+    """Take over the session a ``session.resume`` names: its handle, or the refusal to send.
+
+    A refusal is told to this connection only — never logged in the session it named, so
+    guessing writes nothing into anyone's log — and counted for the throttle, the
+    ``duplex_es_resume_failures_total`` counter and a log line (never with the token)."""
+    try:
+        server.throttle.check((conn.principal.name, request.session_id), conn.source, conn.failures)
+    except Throttled as throttled:
+        RESUME_FAILURES.labels(Code.RATE_LIMITED, kind).inc()
+        log.warning("resume of %.64r from %s throttled (%s)", request.session_id, conn.source, throttled.scope)
+        refusal = _error(Code.RATE_LIMITED, str(throttled), "session_id", request.event_id)
+        refusal["error"]["retry_after_ms"] = throttled.retry_after_ms
+        return None, refusal
     try:
         host = await server.sessions.resume_session(
             request.session_id,
@@ -57,16 +92,27 @@ async def _resume(server: "Server", request: ResumeRequest, kind: str) -> tuple[
             resume_token=request.resume_token,
             last_server_event_seq=request.last_server_event_seq,
             kind=kind,
+            principal=conn.principal,
+            token_in_url=in_url,
         )
     except ResumeRefused as refused:
-        log.info("resume of %s refused: %s", request.session_id, refused)
+        conn.failures += 1
+        # A session this principal cannot see is counted against the source only: counting it
+        # per session would let anyone lock out an id, and would keep state for made-up ids.
+        # Sessions are counted per principal too, so a lock shown to another principal cannot
+        # tell it that the id exists (it gets session_not_found, as for any id it cannot see).
+        visible = refused.code != Code.SESSION_NOT_FOUND
+        server.throttle.failed((conn.principal.name, request.session_id) if visible else None, conn.source)
+        RESUME_FAILURES.labels(refused.code, kind).inc()
+        log.warning("resume of %.64r from %s refused: %s", request.session_id, conn.source, refused.code)
         return None, _error(refused.code, refused.message, refused.param, request.event_id)
     log.info("session %s resumed (lease generation %d)", host.session_id, host.state.lease.generation)
     return host, None
 
-async def _resume_by_url(server: "Server", ws: WebSocket, kind: str) -> SessionHost | None:
+async def _resume_by_url(server: "Server", ws: WebSocket, kind: str, conn: _Connection) -> SessionHost | None:
     """Resume the session the connection URL names (``resume_session`` & co), if any;
-    a malformed or refused one is answered with an ``error`` and gives ``None``."""
+    a malformed or refused one is answered with an ``error`` and gives ``None``. The token
+    came in a URL, so once rotated away its leeway is short (docs/protocol.md, Resume)."""
     try:
         request = resume_from_query(ws.query_params)
     except CommandError as err:
@@ -74,10 +120,17 @@ async def _resume_by_url(server: "Server", ws: WebSocket, kind: str) -> SessionH
         return None
     if request is None:
         return None
-    host, refusal = await _resume(server, request, kind)
+    host, refusal = await _resume(server, request, kind, conn, in_url=True)
     if refusal is not None:
         await ws.send_text(encode_wire(refusal))
     return host
+
+
+def _connection(server: "Server", ws: WebSocket) -> Optional[_Connection]:
+    principal = server.authenticate(ws.headers)
+    if principal is None:
+        return None
+    return _Connection(principal=principal, peer=ws.client.host if ws.client is not None else None)
 
 async def realtime(ws: WebSocket) -> None:
     """``/v1/realtime``: one Realtime connection. It opens a session (``?model=`` names its model)
@@ -85,18 +138,19 @@ async def realtime(ws: WebSocket) -> None:
     frames become commands, the session's server events become frames in the connection's
     dialect (GA, or beta for ``OpenAI-Beta: realtime=v1``)."""
     server: Server = ws.app.state.server
-    if not server.authorized(ws.headers):
+    conn = _connection(server, ws)
+    if conn is None:
         await ws.close(code=1008, reason="invalid API key")
         return
     dialect = "beta" if "realtime=v1" in ws.headers.get("openai-beta", "") else "ga"
     await ws.accept()
-    host = await _resume_by_url(server, ws, "speech")  # refused or not asked: a new session follows
+    host = await _resume_by_url(server, ws, "speech", conn)  # refused or not asked: a new session follows
     # A session this connection opened and the client has not used yet: a session.resume
     # as the first message leaves it for the session named.
     unused = host is None
     if host is None:
         try:
-            host = await server.sessions.open_session(ws.query_params.get("model") or None)
+            host = await server.sessions.open_session(ws.query_params.get("model") or None, principal=conn.principal.name)
         except ModelNotServed as err:
             # No session exists to log this in: say why, then close (as for a bad key).
             log.info("connection refused: %s", err)
@@ -121,7 +175,7 @@ async def realtime(ws: WebSocket) -> None:
                     host.tell(_error(Code.RESUME_CONFLICT, "this connection already holds this session", "session_id", command.event_id))
                     continue
                 if unused:
-                    resumed, refusal = await _resume(server, command, "speech")
+                    resumed, refusal = await _resume(server, command, "speech", conn)
                     if resumed is None:
                         host.tell(refusal)  # type: ignore[arg-type]
                         continue
@@ -157,7 +211,8 @@ async def world(ws: WebSocket) -> None:
     ``session.resume``): until then there is no session to log into, and other messages are
     answered on the connection only."""
     server: Server = ws.app.state.server
-    if not server.authorized(ws.headers):
+    conn = _connection(server, ws)
+    if conn is None:
         await ws.close(code=1008, reason="invalid API key")
         return
     await ws.accept()
@@ -165,7 +220,7 @@ async def world(ws: WebSocket) -> None:
     writer: asyncio.Task | None = None
     me = 0
     clean = False
-    host = await _resume_by_url(server, ws, "world")
+    host = await _resume_by_url(server, ws, "world", conn)
     if host is not None:
         me = host.listener
         assert isinstance(host.state, WorldState) and host.state.config is not None
@@ -181,12 +236,12 @@ async def world(ws: WebSocket) -> None:
             command = parse_world_frame(frame, new_id, now_ms(), started=host is not None, session_id=session_id)
             if host is None:
                 if isinstance(command, ResumeRequest):
-                    host, refusal = await _resume(server, command, "world")
+                    host, refusal = await _resume(server, command, "world", conn)
                     if host is None:
                         await ws.send_text(encode_wire(refusal))  # type: ignore[arg-type]
                         continue
                 elif isinstance(command, StartWorld):
-                    host = await server.sessions.open_world(command)
+                    host = await server.sessions.open_world(command, principal=conn.principal.name)
                     log.info("world session %s started", session_id)
                 else:
                     # No session exists yet, so there is no log to record this in.

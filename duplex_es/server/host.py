@@ -27,14 +27,13 @@ from prometheus_client import Counter, Histogram
 from duplex_es.errors import SessionError
 from duplex_es.domain import Detach, Resume
 from duplex_es.domain.commands import Command
-from duplex_es.domain.lease import resume_events
 from duplex_es.events import CommandRejected, SessionResumed
 from duplex_es.server.core import MAX_REPLAY_EVENTS, Applied, ModelResolver, SessionCore, idempotency_key
 from duplex_es.snapshots import load_state, save_snapshot
 from duplex_es.store import EventLog, Fence, GroupCommitWriter, LogUnavailable, OwnershipLost, Recorded, SnapshotStore, WrongExpectedSeq
 from duplex_es.store.database import DRIVER_ERRORS
 
-__all__ = ["Acquirer", "SessionHost", "SessionMoved", "idempotency_key", "new_id", "now_ms", "ModelResolver", "MAX_REPLAY_EVENTS"]
+__all__ = ["Acquirer", "ResumeDenied", "SessionHost", "SessionMoved", "idempotency_key", "new_id", "now_ms", "ModelResolver", "MAX_REPLAY_EVENTS"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +75,16 @@ class SessionMoved(SessionError):
     def __init__(self, session_id: str, reason: str) -> None:
         self.session_id, self.reason = session_id, reason
         super().__init__(f"session {session_id} moved to another server ({reason})")
+
+
+class ResumeDenied(SessionError):
+    """The domain refused a resume (``event`` is the ``command.rejected`` it decided). Nothing
+    was logged: a refused resume changes nothing, and logging it would let anyone who can guess
+    a session id write rows into that session's log."""
+
+    def __init__(self, event: CommandRejected) -> None:
+        self.event = event
+        super().__init__(f"{event.code}: {event.message}")
 
 
 #: Ids must be unguessable (a session id names a session), but ``os.urandom`` per id — about
@@ -246,29 +255,33 @@ class SessionHost:
         resume on another server, moves nothing.
 
         Returns:
-            the logged ``session.resumed`` or ``command.rejected`` (then nothing else changed).
+            the logged ``session.resumed``.
 
         Raises:
+            ResumeDenied: the domain refused the resume; nothing was logged or changed.
             SessionMoved: another server moved the session while this resume was deciding.
         """
         async with self._lock:
             if owner is not None:
                 observed = await owner.observe()
                 await self._catch_up(adopt=True)
-                if not isinstance(resume_events(command, self.state)[0], CommandRejected):
-                    self.fence = await owner.take(observed)
-                    self.moved = None
+                self._refuse_unlogged(command)
+                self.fence = await owner.take(observed)
+                self.moved = None
             await self._catch_up(adopt=True)
+            self._refuse_unlogged(command)
             if token is not None and command.new_token_hash is not None:
                 self.core.reveal_token(command.new_token_hash, token)
             old = self._queue
             records = await self._execute(command, None, quiet=True)  # its events go out in the replay
             outcome = next((r for r in records if isinstance(r.event, (SessionResumed, CommandRejected))), None)
             if outcome is None or not isinstance(outcome.event, SessionResumed):
+                # Only an append race can get here (the state moved between the check and the
+                # append): the refusal is then in the log, as for any other command.
                 self.core.forget_token()
                 if outcome is None:
                     raise RuntimeError(f"session {self.session_id}: the resume logged nothing")
-                return outcome
+                raise ResumeDenied(outcome.event)  # type: ignore[arg-type]
             if old is not None:
                 old.put_nowait(self.core.replaced(outcome.event.lease_generation))
                 old.put_nowait(_END)
@@ -278,6 +291,12 @@ class SessionHost:
                 self._queue.put_nowait(wire)
             await self._pump()
             return outcome
+
+    def _refuse_unlogged(self, command: Resume) -> None:
+        """Raise :class:`ResumeDenied` if the domain refuses ``command`` on the current state."""
+        plan = self.core.plan(command, None)
+        if plan is not None and isinstance(plan.events[0], CommandRejected):
+            raise ResumeDenied(plan.events[0])
 
     async def _replay(self, resumed_seq: int, last: Optional[int]) -> list[dict[str, Any]]:
         """The wire events a resuming client gets before the live stream (see :meth:`take_over`

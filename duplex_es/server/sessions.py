@@ -25,10 +25,10 @@ from duplex_es.domain import Code, Detach, OpenSession, Resume
 from duplex_es.domain import kind_of
 from duplex_es.domain.kinds import ENDED_BY
 from duplex_es.domain.world import StartWorld
-from duplex_es.events import CommandRejected
 from duplex_es.server.follower import LogFollower
-from duplex_es.server.host import SessionHost, SessionMoved, new_id, now_ms
+from duplex_es.server.host import ResumeDenied, SessionHost, SessionMoved, new_id, now_ms
 from duplex_es.server.models import DEFAULT_ENGINE, ModelMap
+from duplex_es.server.principals import Principal
 from duplex_es.snapshots import load_state
 from duplex_es.store import (
     DEFAULT_OWNER_TTL_MS,
@@ -136,6 +136,8 @@ class DuplexSessions:
             refused with ``log_unavailable`` (ms; docs/security.md, "No global stalls").
         chain_keys: the chain key ring the log's hashes are signed with (``None``: unkeyed;
             docs/security.md, "Tamper evidence").
+        url_token_leeway_ms: how long after a resume whose token came in a URL that token may
+            still retry a lost reply (docs/security.md).
     """
 
     def __init__(
@@ -153,8 +155,10 @@ class DuplexSessions:
         models: Optional[ModelMap] = None,
         commit_timeout_ms: float = 2000.0,
         chain_keys: Optional[KeyRing] = None,
+        url_token_leeway_ms: int = 60_000,
     ) -> None:
         self.models = models or ModelMap()
+        self.url_token_leeway_ms = url_token_leeway_ms
         if not MIN_OWNER_TTL_MS <= owner_ttl_ms <= MAX_OWNER_TTL_MS:
             raise ValueError(f"owner_ttl_ms must be {MIN_OWNER_TTL_MS}..{MAX_OWNER_TTL_MS}, got {owner_ttl_ms}")
         self.server_id = server_id or default_server_id()
@@ -226,10 +230,11 @@ class DuplexSessions:
             "last_failure_s_ago": None if h.last_failure_at is None else round(now - h.last_failure_at, 3),
         }
 
-    async def open_session(self, model: Optional[str] = None) -> SessionHost:
+    async def open_session(self, model: Optional[str] = None, principal: Optional[str] = None) -> SessionHost:
         """Create a session for ``model`` (``None``: the model map's default name) and return
         its handle, with a listener attached. Its
-        first event, ``session.created``, carries the ``resume_token`` a client needs to resume it.
+        first event, ``session.created``, carries the ``resume_token`` a client needs to resume it,
+        and its log records ``principal`` (a name, ``None``: anonymous) as its owner.
 
         Raises:
             ModelNotServed: the model map serves no such name (nothing was logged).
@@ -244,18 +249,19 @@ class DuplexSessions:
         self.hosts[host.session_id] = host
         token = new_resume_token()
         host.reveal_token(token_digest(token), token)
-        await host.submit(OpenSession(session_id=host.session_id, model=model, engine=engine, resume_token_hash=token_digest(token)))
+        await host.submit(OpenSession(session_id=host.session_id, model=model, engine=engine, resume_token_hash=token_digest(token), principal=principal))
         return host
 
-    async def open_world(self, start: StartWorld) -> SessionHost:
+    async def open_world(self, start: StartWorld, principal: Optional[str] = None) -> SessionHost:
         """Create a world session from its ``session.start`` and return its handle; its
-        ``session.started`` carries the ``resume_token``."""
+        ``session.started`` carries the ``resume_token``, and its log records ``principal``
+        (a name, ``None``: anonymous) as its owner."""
         host = self._host(start.session_id, await asyncio.to_thread(self.owners.acquire, start.session_id, self.server_id))
         host.attach()
         self.hosts[host.session_id] = host
         token = new_resume_token()
         host.reveal_token(token_digest(token), token)
-        await host.submit(attrs.evolve(start, resume_token_hash=token_digest(token)))
+        await host.submit(attrs.evolve(start, resume_token_hash=token_digest(token), principal=principal))
         return host
 
     async def recover(self, session_ids: Optional[list[str]] = None) -> list[str]:
@@ -355,6 +361,8 @@ class DuplexSessions:
         resume_token: Optional[str] = None,
         last_server_event_seq: Optional[int] = None,
         kind: Optional[str] = None,
+        principal: Optional[Principal] = None,
+        token_in_url: bool = False,
     ) -> SessionHost:
         """Take a session over: a compare-and-swap on its lease generation, and (for wire
         clients) a check of its resume token, which is then rotated.
@@ -372,15 +380,21 @@ class DuplexSessions:
                 is allowed only to in-process callers, who need no proof.
             last_server_event_seq: the last wire event the client received.
             kind: ``"speech"`` or ``"world"`` to refuse the other kind (an endpoint's resume).
+            principal: who asks (``None``: an in-process caller, who may resume any session).
+                A session another principal owns is refused exactly as one that does not
+                exist, so ids of other principals' sessions cannot be probed.
+            token_in_url: the token came in the connection URL: once rotated away its leeway
+                lasts only ``url_token_leeway_ms`` (docs/protocol.md, Resume).
 
         Raises:
-            ResumeRefused: ``session_not_found`` (also for a session of the other ``kind``),
+            ResumeRefused: ``session_not_found`` (also for a session of the other ``kind``, or
+                one another principal owns),
                 ``session_closed``, ``invalid_resume_token``, or ``session_resume_conflict``
                 (the token was rotated by a later resume, or the lease is no longer at
                 ``expected_generation``).
         """
         host = await self.load(session_id)
-        if host is None:
+        if host is None or (principal is not None and not principal.owns(host.state.lease.principal)):
             raise ResumeRefused(Code.SESSION_NOT_FOUND, f"no session {session_id}", "session_id")
         if kind is not None and kind_of(host.state).name != kind:
             message = f"{session_id} is a {kind_of(host.state).name} session: resume it on its own endpoint"
@@ -395,18 +409,20 @@ class DuplexSessions:
             token_hash=token_digest(resume_token) if resume_token is not None else None,
             new_token_hash=token_digest(token),
             last_server_event_seq=last_server_event_seq,
+            token_in_url=token_in_url,
+            url_leeway_ms=self.url_token_leeway_ms,
         )
         # The session moves here only for a resume the domain accepts: a wrong token, or a
         # resume that lost a race, must not take a session away from the server its client is
         # attached to (take_over decides under the session's lock with a CAS on ownership).
         try:
-            outcome = await host.take_over(command, last_server_event_seq, token, _Acquire(self, session_id))
+            await host.take_over(command, last_server_event_seq, token, _Acquire(self, session_id))
         except SessionMoved as moved:
             raise ResumeRefused(Code.RESUME_CONFLICT, f"{moved}; resume again", "session_id") from moved
-        if isinstance(outcome.event, CommandRejected):
+        except ResumeDenied as denied:
             if host.fence is not None and host.moved is None and host.state.is_open:
                 self.hosts[session_id] = host  # owned here: never leave it unhosted
-            raise ResumeRefused(outcome.event.code, outcome.event.message, outcome.event.param)
+            raise ResumeRefused(denied.event.code, denied.event.message, denied.event.param) from None
         self.hosts[session_id] = host
         # A host rebuilt here was not in ``hosts`` while it resumed, so the log follower could
         # not wake it for a worker output committed meanwhile: fold whatever that was now, or the

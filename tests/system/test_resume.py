@@ -128,7 +128,8 @@ def test_the_url_form_resumes_without_opening_a_session(stack):
 def test_a_takeover_replaces_the_old_socket_and_voids_its_token(stack):
     """The later resume wins: the attached socket gets session.replaced and close 4000; a resume
     with the rotated-away token gets session_resume_conflict, a made-up one invalid_resume_token,
-    and both leave the resumer on a fresh session of its own."""
+    and both leave the resumer on a fresh session of its own; neither is logged in the session
+    it named."""
     port, log, _ = stack
     a = WsClient(port)
     first_token = a.token
@@ -154,8 +155,9 @@ def test_a_takeover_replaces_the_old_socket_and_voids_its_token(stack):
     b.send({"type": "session.heartbeat"})
     b.recv("session.heartbeat_ack")
     b.close()
+    # The refusals went to the connections that tried, not into the session they named.
     rejected = [r.event.code for r in log.read_session(a.session_id) if r.event.TYPE == "command.rejected"]
-    assert rejected == [Code.RESUME_CONFLICT, Code.RESUME_TOKEN_INVALID]
+    assert rejected == []
 
 
 def test_two_resumes_racing_with_one_token_one_wins(stack):

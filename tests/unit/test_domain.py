@@ -636,6 +636,32 @@ def test_a_resume_whose_reply_was_lost_can_be_retried_with_the_old_token_while_d
         only_rejection(h.run(Resume(expected_generation=3, at_ms=1_900, token_hash=_digest(old))), Code.RESUME_CONFLICT)
 
 
+def test_a_token_that_came_in_a_url_keeps_its_leeway_only_briefly():
+    """An access log may hold a URL's token: once the resume that used it rotated it away, it may
+    retry a lost reply only within ``url_leeway_ms`` of that resume; later it is refused even
+    while detached (a token sent in a message keeps its leeway). The session records its owner."""
+    from duplex_es.domain import Detach, OpenSession, Resume
+
+    h = Harness()
+    h.run(OpenSession(session_id="sess_u", model="m", resume_token_hash=_digest("t0"), principal="alice"))
+    assert h.state.lease.principal == "alice"
+    h.run(Detach(at_ms=1_000))
+    url = dict(token_in_url=True, url_leeway_ms=5_000)
+    [resumed] = h.run(Resume(expected_generation=0, at_ms=1_100, token_hash=_digest("t0"), new_token_hash=_digest("t1"), **url))
+    assert resumed.token_in_url and h.state.lease.retired_in_url_at_ms == 1_100
+    h.run(Detach(at_ms=1_200))
+    # Later than the leeway: refused, as any older token.
+    only_rejection(h.run(Resume(expected_generation=1, at_ms=6_101, token_hash=_digest("t0"), **url)), Code.RESUME_CONFLICT)
+    # Within it: a lost reply retried.
+    [again] = h.run(Resume(expected_generation=1, at_ms=6_100, token_hash=_digest("t0"), new_token_hash=_digest("t2"), **url))
+    assert again.lease_generation == 2
+    h.run(Resume(expected_generation=2, at_ms=6_200, token_hash=_digest("t2"), new_token_hash=_digest("t3")))
+    assert h.state.lease.principal == "alice" and h.state.lease.retired_in_url_at_ms is None
+    h.run(Detach(at_ms=6_300))
+    # t2 came in a message: its leeway has no time limit.
+    assert h.run(Resume(expected_generation=3, at_ms=999_000, token_hash=_digest("t2"), new_token_hash=_digest("t4")))[0].lease_generation == 4
+
+
 @pytest.mark.invariant("I11")
 def test_a_detached_world_issues_no_ticks_and_realtime_pacing_skips_the_pause():
     from duplex_es.domain import Detach, Pump, Resume
