@@ -47,7 +47,11 @@ from duplex_es_tools.processes import Proc, free_port, start_server, start_worke
 __all__ = ["run_chaos", "ChaosReport"]
 
 MODEL = "duplex-es-echo"
-SERVER_ARGS = ["--disconnect-grace-ms", "120000", "--snapshot-every", "25", "--reaper-interval-ms", "500"]
+# The SDK clients resume with the token in the URL; a server killed after it logged such a resume
+# but before its reply left takes the rotated token with it, and the client retries with the old
+# one. A server refuses that by default (a URL token is never good again); chaos grants the
+# retry a leeway, since what it checks is that nothing acknowledged is lost or doubled.
+SERVER_ARGS = ["--disconnect-grace-ms", "120000", "--snapshot-every", "25", "--reaper-interval-ms", "500", "--url-token-leeway-ms", "60000"]
 # The worker default claim (5 s), extended by the worker's heartbeat while a step runs; a killed
 # worker's tick is taken over once it expires.
 WORKER_ARGS = ["--claim-ttl-ms", "5000", "--chunk-ms", "500"]

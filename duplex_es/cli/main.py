@@ -440,8 +440,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve without API keys on a --host other than loopback (default: refuse to start)",
     )
     p.add_argument(
-        "--url-token-leeway-ms", type=non_negative_int, default=60_000,
-        help="how long a resume token that came in a URL may still retry a lost session.resumed (ms; default 60 s)",
+        "--url-token-leeway-ms", type=non_negative_int, default=0,
+        help="how long a resume token that came in a URL may still retry a lost session.resumed (ms; default 0: never, since a URL may sit in an access log; the openai SDK reconnects through the URL, so a server killed between logging its resume and replying leaves such a client out unless this is set)",
     )
     p.add_argument(
         "--resume-throttle-window-ms", type=positive_int, default=60_000,

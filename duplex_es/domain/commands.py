@@ -192,7 +192,7 @@ class Resume(ClientCommand):
     new_token_hash: Optional[str] = None
     last_server_event_seq: Optional[int] = None
     token_in_url: bool = False
-    url_leeway_ms: int = 60_000
+    url_leeway_ms: int = 0
 
 
 @attrs.frozen(kw_only=True)

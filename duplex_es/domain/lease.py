@@ -79,7 +79,9 @@ def _retry_of_latest_resume(cmd: Resume, token_hash: str, lease: Lease) -> bool:
     in_url_at = lease.retired_in_url_at_ms
     return (
         lease.detached_at_ms is not None
-        and (in_url_at is None or cmd.at_ms - in_url_at <= cmd.url_leeway_ms)
+        # A token that came in a URL may sit in an access log: it is never good again unless
+        # the operator granted a leeway (0 by default: docs/security.md, "Resume tokens").
+        and (in_url_at is None or (cmd.url_leeway_ms > 0 and cmd.at_ms - in_url_at <= cmd.url_leeway_ms))
         and bool(lease.retired_token_hashes)
         and _same(token_hash, lease.retired_token_hashes[-1])
     )

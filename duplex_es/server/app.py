@@ -47,7 +47,7 @@ def create_app(
     models: ModelMap | None = None,
     commit_timeout_ms: float = 2000.0,
     chain_keys: KeyRing | None = None,
-    url_token_leeway_ms: int = 60_000,
+    url_token_leeway_ms: int = 0,
 ) -> Starlette:
     """Build the server for one database.
 

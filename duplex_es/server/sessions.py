@@ -155,7 +155,7 @@ class DuplexSessions:
         models: Optional[ModelMap] = None,
         commit_timeout_ms: float = 2000.0,
         chain_keys: Optional[KeyRing] = None,
-        url_token_leeway_ms: int = 60_000,
+        url_token_leeway_ms: int = 0,
     ) -> None:
         self.models = models or ModelMap()
         self.url_token_leeway_ms = url_token_leeway_ms

@@ -258,7 +258,7 @@ def url_resumed(port: int, log: EventLog) -> tuple[WsClient, str]:
 
 
 def test_a_token_that_was_in_a_url_cannot_take_the_session_over_later(open_server):
-    """Past the URL leeway (1 s here, 60 s by default) the token a URL resume used is void,
+    """Past the URL leeway (1 s here; none by default) the token a URL resume used is void,
     while detached too — where before, the token a resume rotated away was good until the next
     resume; the client that resumed holds the new token and is not locked out."""
     port, log, _ = open_server

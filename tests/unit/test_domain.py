@@ -662,6 +662,22 @@ def test_a_token_that_came_in_a_url_keeps_its_leeway_only_briefly():
     assert h.run(Resume(expected_generation=3, at_ms=999_000, token_hash=_digest("t2"), new_token_hash=_digest("t4")))[0].lease_generation == 4
 
 
+def test_by_default_a_token_that_came_in_a_url_is_never_good_again():
+    """The server's default (no leeway): once a URL token was used, even the retry of a lost
+    reply, a millisecond later and while detached, is refused (docs/security.md, "Resume tokens")."""
+    from duplex_es.domain import Detach, OpenSession, Resume
+
+    h = Harness()
+    h.run(OpenSession(session_id="sess_v", model="m", resume_token_hash=_digest("t0")))
+    h.run(Detach(at_ms=1_000))
+    h.run(Resume(expected_generation=0, at_ms=1_100, token_hash=_digest("t0"), new_token_hash=_digest("t1"), token_in_url=True))
+    h.run(Detach(at_ms=1_101))
+    only_rejection(h.run(Resume(expected_generation=1, at_ms=1_102, token_hash=_digest("t0"), token_in_url=True)), Code.RESUME_CONFLICT)
+    only_rejection(h.run(Resume(expected_generation=1, at_ms=1_102, token_hash=_digest("t0"))), Code.RESUME_CONFLICT)
+    # The token it handed over still works.
+    assert h.run(Resume(expected_generation=1, at_ms=1_103, token_hash=_digest("t1"), new_token_hash=_digest("t2")))[0].lease_generation == 2
+
+
 @pytest.mark.invariant("I11")
 def test_a_detached_world_issues_no_ticks_and_realtime_pacing_skips_the_pause():
     from duplex_es.domain import Detach, Pump, Resume
