@@ -60,6 +60,10 @@ async def _resume(server: "Server", request: ResumeRequest, kind: str) -> tuple[
     except ResumeRefused as refused:
         log.info("resume of %s refused: %s", request.session_id, refused)
         return None, _error(refused.code, refused.message, refused.param, request.event_id)
+    except Exception as exc:  # the log could not be read or written: a server fault, said with a code
+        log.error("resume of %s failed: %s: %s", request.session_id, type(exc).__name__, str(exc)[:300])
+        message = f"the event log could not record the resume ({type(exc).__name__}); try again later"
+        return None, _error(Code.SESSION_RESUME_FAILED, message, None, request.event_id, error_type="server_error")
     log.info("session %s resumed (lease generation %d)", host.session_id, host.state.lease.generation)
     return host, None
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 import sqlalchemy as sa
@@ -92,6 +93,26 @@ def test_a_session_the_log_refuses_gets_a_coded_error_and_leaves_nothing(backend
             out = proc.output()
         assert "Exception in ASGI application" not in out and "Traceback" not in out
         assert out.count("could not be opened") == 2
+
+
+def test_a_resume_the_log_refuses_gets_a_coded_error(sqlite_url: str, tmp_path: Path) -> None:
+    with running(sqlite_url, tmp_path, workers=0) as (port, proc, _):
+        client = WsClient(port)
+        client.drop()
+        time.sleep(0.5)  # its session.detached is logged
+        _run_sql(sqlite_url, REFUSE_EVENTS["sqlite"])
+        query = urlencode({"model": "m", "resume_session": client.session_id, "resume_token": client.token})
+        ws = connect(f"ws://127.0.0.1:{port}/v1/realtime?{query}", max_size=None)
+        codes = [json.loads(ws.recv(timeout=30))["error"]["code"] for _ in range(2)]
+        # The resume is refused with a code; the new session the connection then opens fails too.
+        assert codes == [Code.SESSION_RESUME_FAILED, Code.SESSION_OPEN_FAILED]
+        assert _closed(ws).rcvd.code == 1011  # type: ignore[union-attr]
+        _run_sql(sqlite_url, ALLOW_EVENTS["sqlite"])
+        resumed = WsClient(port, query={"resume_session": client.session_id, "resume_token": client.token})
+        assert resumed.session_id == client.session_id
+        resumed.ws.close()
+        out = proc.output()
+    assert "Exception in ASGI application" not in out and "Traceback" not in out
 
 
 BIG = 15 * 1024 * 1024 - 1024  # a field just under the 16 MiB frame limit
