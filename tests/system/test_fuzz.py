@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -26,6 +27,7 @@ from websockets.sync.client import connect
 
 from duplex_es.protocol import CLIENT_EVENT_TYPES
 
+from conftest import backend_url
 from servers import running
 
 #: Realtime event types that end the session on purpose.
@@ -202,8 +204,14 @@ class Endpoint:
             caused.append(ev)
 
 
-def test_fuzzed_frames_get_at_most_one_coded_refusal_and_never_break_the_server(sqlite_url: str, tmp_path: Path) -> None:
-    with running(sqlite_url, tmp_path, workers=1) as (port, proc, workers):
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_fuzzed_frames_get_at_most_one_coded_refusal_and_never_break_the_server(backend: str, tmp_path: Path) -> None:
+    with backend_url(backend, tmp_path) as url:
+        _fuzz(url, tmp_path)
+
+
+def _fuzz(db_url: str, tmp_path: Path) -> None:
+    with running(db_url, tmp_path, workers=1) as (port, proc, workers):
         realtime = Endpoint(
             f"ws://127.0.0.1:{port}/v1/realtime?model=m", {"type": "conversation.item.retrieve", "item_id": "item_no_such_item"}
         )
@@ -293,5 +301,5 @@ def test_fuzzed_frames_get_at_most_one_coded_refusal_and_never_break_the_server(
         assert proc.alive() and workers[0].alive()
     assert min(checked.values()) >= 10, checked
     assert "Traceback" not in out and "Exception in ASGI application" not in out, out[-3000:]
-    audit = subprocess.run([sys.executable, "-m", "duplex_es.cli.main", "audit", "--db", sqlite_url], capture_output=True, text=True, timeout=120)
+    audit = subprocess.run([sys.executable, "-m", "duplex_es.cli.main", "audit", "--db", db_url], capture_output=True, text=True, timeout=120)
     assert audit.returncode == 0, audit.stdout[-3000:] + audit.stderr[-3000:]
