@@ -301,5 +301,7 @@ def _fuzz(db_url: str, tmp_path: Path) -> None:
         assert proc.alive() and workers[0].alive()
     assert min(checked.values()) >= 10, checked
     assert "Traceback" not in out and "Exception in ASGI application" not in out, out[-3000:]
+    # Logging is bounded too: the longest line is uvicorn's access line quoting a URL (at most 8,000 bytes).
+    assert max(len(line) for line in out.splitlines()) < 8_500
     audit = subprocess.run([sys.executable, "-m", "duplex_es.cli.main", "audit", "--db", db_url], capture_output=True, text=True, timeout=120)
     assert audit.returncode == 0, audit.stdout[-3000:] + audit.stderr[-3000:]
