@@ -95,6 +95,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from duplex_es.protocol import MAX_FRAME_BYTES
     from duplex_es.server.app import create_app
+    from duplex_es.server.handshake import handshake_protocol
     from duplex_es.server.models import ModelMap
     from duplex_es.server.throttle import ResumeThrottle
 
@@ -129,6 +130,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         ws="websockets-sansio",
+        # A connection must send a whole request head (the WebSocket upgrade) within this.
+        http=handshake_protocol(args.handshake_timeout_ms),
         # Twice our own limit, so a frame up to 32 MiB still gets a frame_too_large error event;
         # anything larger closes the connection with 1009.
         ws_max_size=2 * MAX_FRAME_BYTES,
@@ -484,6 +487,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--sqlite-synchronous", choices=["FULL", "NORMAL", "OFF"], default="FULL",
         help="SQLite's PRAGMA synchronous (default FULL: an acknowledged append survives power loss; OFF is for "
         "measuring the cost of durability, e.g. with a database on /dev/shm)",
+    )
+    p.add_argument(
+        "--handshake-timeout-ms", type=positive_int, default=10_000,
+        help="close a connection that has not sent a complete HTTP request head (the WebSocket upgrade) within "
+        "this (ms, default 10 s): a client trickling half a request cannot hold a connection",
     )
     p.set_defaults(func=cmd_serve)
 

@@ -29,6 +29,8 @@ class Code:
     RESUME_NOT_FIRST = "session_resume_not_first"
     SESSION_NOT_FOUND = "session_not_found"
     RATE_LIMITED = "rate_limited"  # too many failed resumes: wait retry_after_ms
+    SESSION_OPEN_FAILED = "session_open_failed"  # the log could not record a new session's first event
+    SESSION_RESUME_FAILED = "session_resume_failed"  # the log could not record a resume
     INVALID_TURN_SIGNAL = "invalid_turn_signal"
     BUFFER_NOT_EMPTY = "input_audio_buffer_not_empty"
     SESSION_ALREADY_OPEN = "session_already_open"
@@ -95,4 +97,6 @@ ERROR_TYPES: dict[str, str] = {
     Code.TICK_IDENTITY_MISMATCH: "server_error",
     Code.ENGINE_FAILED: "server_error",
     Code.LOG_UNAVAILABLE: "server_error",
+    Code.SESSION_OPEN_FAILED: "server_error",
+    Code.SESSION_RESUME_FAILED: "server_error",
 }

@@ -80,21 +80,36 @@ def rejection(
     excerpt: Optional[str] = None,
 ) -> CommandRejected:
     """The ``command.rejected`` event for a refusal. Its message and ``param`` are cut to
-    :data:`MAX_MESSAGE_CHARS` / :data:`MAX_PARAM_CHARS`: they may quote what the client sent
-    (an id, a key, a value), and what a refusal stores and echoes stays bounded."""
+    :data:`MAX_MESSAGE_CHARS` / :data:`MAX_PARAM_CHARS`, and the client's ``event_id``, the
+    ``command_type`` and the ``excerpt`` to :data:`MAX_FIELD_CHARS` (:func:`clip`): they may
+    quote what the client sent (an id, a key, a value), and what a refusal stores, echoes and
+    logs stays bounded whatever the frame held."""
     return CommandRejected(
-        client_event_id=event_id,
-        command_type=command_type,
+        client_event_id=None if event_id is None else clip(event_id, MAX_FIELD_CHARS),
+        command_type=None if command_type is None else clip(command_type, MAX_FIELD_CHARS),
         code=code,
         message=_bounded(message, MAX_MESSAGE_CHARS),
         param=None if param is None else _bounded(param, MAX_PARAM_CHARS),
         error_type=ERROR_TYPES.get(code, "invalid_request_error"),
-        excerpt=excerpt,
+        excerpt=None if excerpt is None else clip(excerpt, MAX_FIELD_CHARS),
     )
 
 
 #: The longest refusal message and ``param`` logged and sent (characters).
 MAX_MESSAGE_CHARS, MAX_PARAM_CHARS = 600, 160
+
+#: The longest excerpt of any other client string a refusal keeps (characters; ``event_id``
+#: is at most 256 when valid, so a valid one is kept whole).
+MAX_FIELD_CHARS = 256
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` if it has at most ``limit`` characters, else its first ``limit`` followed by a
+    marker saying how long it was (``…[+N of M chars]``): a bounded excerpt of a client string
+    that a refusal stores, echoes or logs."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…[+{len(text) - limit} of {len(text)} chars]"
 
 
 def _bounded(text: str, limit: int) -> str:

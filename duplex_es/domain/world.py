@@ -23,6 +23,7 @@ from duplex_es.domain.commands import Detach, Expire, Pump, Resume
 from duplex_es.domain.errors import Code
 from duplex_es.domain.lease import grace_still_running_out, resume_events, with_token
 from duplex_es.domain.replace import replace
+from duplex_es.domain.rules import MAX_MESSAGE_CHARS, MAX_PARAM_CHARS, clip
 from duplex_es.domain.state import Lease
 from duplex_es.domain.ticks import Verdict, judge_echo
 from duplex_es.events import (
@@ -316,7 +317,7 @@ def start_world(cmd: StartWorld) -> list[Event]:
 
 def decide_interact(cmd: Interact, state: WorldState) -> list[Event]:
     def refuse(code: str, message: str, param: Optional[str] = None) -> list[Event]:
-        return [InteractionRejected(event_id=cmd.event_id, code=code, message=message, param=param)]
+        return [_interaction_rejected(cmd.event_id, code, message, param)]
 
     if state.status == WorldStatus.FAILED:
         return refuse(Code.SESSION_FAILED, f"the session failed ({state.failure_code}); send session.reset to continue")
@@ -335,7 +336,15 @@ def decide_interact(cmd: Interact, state: WorldState) -> list[Event]:
 
 
 def decide_refuse_interaction(cmd: RefuseInteraction, state: WorldState) -> list[Event]:
-    return [InteractionRejected(event_id=cmd.event_id, code=cmd.code, message=cmd.message, param=cmd.param)]
+    return [_interaction_rejected(cmd.event_id, cmd.code, cmd.message, cmd.param)]
+
+
+def _interaction_rejected(event_id: Optional[int], code: str, message: str, param: Optional[str]) -> InteractionRejected:
+    """An interaction's refusal, its message and ``param`` cut to bounded excerpts (they may
+    quote what the client sent; see :func:`~duplex_es.domain.rules.clip`)."""
+    return InteractionRejected(
+        event_id=event_id, code=code, message=clip(message, MAX_MESSAGE_CHARS), param=None if param is None else clip(param, MAX_PARAM_CHARS)
+    )
 
 
 def decide_reset_world(cmd: ResetWorld, state: WorldState) -> list[Event]:

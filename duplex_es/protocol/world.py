@@ -5,6 +5,7 @@ and byte-exact re-sends work the same way (docs/architecture.md, I13).
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable, Optional
 
 from duplex_es.domain.commands import Invalid
@@ -27,7 +28,9 @@ from duplex_es.protocol.outbound import Ctx, Projection
 
 __all__ = ["parse_world_frame", "world_start_config", "WORLD_LIMITS", "CAMERA_SCHEMA", "PROJECTIONS", "SILENT_EVENT_TYPES"]
 
-#: The camera control schema the reference world engine reads.
+#: Bounds of client strings a world session keeps (characters) and of a control's data (bytes
+#: of JSON): what is accepted is stored, and controls ride along with every later tick.
+MAX_EVENT_ID_CHARS, MAX_CONTROL_NAME_CHARS, MAX_CONTROL_DATA_BYTES = 256, 128, 16_384
 
 #: Bounds of a ``session.start`` request.
 WORLD_LIMITS = {"width": (16, 1024), "height": (16, 1024), "fps": (1, 60), "frames_per_chunk": (1, 48), "max_pending": (1, 1024)}
@@ -96,12 +99,15 @@ def _controls(raw: Any) -> tuple[Control, ...]:
         if not isinstance(c, dict) or set(c) - {"track", "schema", "data"}:
             raise _invalid(f"{path} must be an object with track, schema and data", path)
         track, schema, data = c.get("track"), c.get("schema"), c.get("data", {})
-        if not isinstance(track, str) or not track or not isinstance(schema, str) or not schema:
-            raise _invalid(f"{path}.track and .schema must be non-empty strings", f"{path}.track")
+        for name, value in (("track", track), ("schema", schema)):
+            if not isinstance(value, str) or not 0 < len(value) <= MAX_CONTROL_NAME_CHARS:
+                raise _invalid(f"{path}.{name} must be a string of 1-{MAX_CONTROL_NAME_CHARS} characters", f"{path}.{name}")
         if track in seen:
             raise _invalid(f"track {track!r} appears twice in one interaction", f"{path}.track")
         if not isinstance(data, dict):
             raise _invalid(f"{path}.data must be a JSON object", f"{path}.data")
+        if len(json.dumps(data)) > MAX_CONTROL_DATA_BYTES:  # every later tick carries the fold of the controls
+            raise _invalid(f"{path}.data must be at most {MAX_CONTROL_DATA_BYTES} bytes of JSON", f"{path}.data")
         seen.add(track)
         out.append(Control(track=track, schema=schema, data=data))
     return tuple(out)
@@ -121,6 +127,14 @@ def parse_world_frame(raw: str | bytes, new_id: Callable[[str], str], now_ms: in
         return Invalid(code=Code.INVALID_EVENT, message=why, excerpt=_printable(raw))
     kind = msg.get("type")
     sid = msg.get("event_id") if isinstance(msg.get("event_id"), str) else None
+    if sid is not None and not 0 < len(sid) <= MAX_EVENT_ID_CHARS and kind != "session.interaction":
+        # Refused like a Realtime event_id: an id the server would store and echo on every reply.
+        return Invalid(
+            command_type=_printable(kind, 128) if isinstance(kind, str) else None,
+            code=Code.INVALID_EVENT,
+            message=f"event_id must be a string of 1-{MAX_EVENT_ID_CHARS} characters",
+            param="event_id",
+        )
     if kind == "session.start":
         if started:
             return Invalid(event_id=sid, command_type=kind, code=Code.SESSION_ALREADY_OPEN, message="the session already started")

@@ -21,13 +21,13 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from duplex_es.domain import CloseSession, Code, Invalid
 from duplex_es.domain.errors import ERROR_TYPES
-from duplex_es.domain.rules import COMMAND_TYPES
+from duplex_es.domain.rules import COMMAND_TYPES, MAX_FIELD_CHARS, MAX_MESSAGE_CHARS, clip
 from duplex_es.domain.world import StartWorld, WorldState
 from duplex_es.protocol import CommandError, ResumeRequest, encode_wire, parse_frame, resume_from_query, wire_to_beta
 from duplex_es.protocol.world import parse_world_frame
 from duplex_es.server.host import SessionHost, new_id, now_ms
 from duplex_es.server.principals import Keyring, Principal
-from duplex_es.server.sessions import DuplexSessions, ModelNotServed, ResumeRefused
+from duplex_es.server.sessions import DuplexSessions, ModelNotServed, ResumeRefused, SessionOpenFailed
 from duplex_es.store import Database, LogUnavailable
 from duplex_es.server.throttle import RESUME_FAILURES, ResumeThrottle, Throttled
 from duplex_es.store import Database
@@ -106,6 +106,10 @@ async def _resume(
         RESUME_FAILURES.labels(refused.code, kind).inc()
         log.warning("resume of %.64r from %s refused: %s", request.session_id, conn.source, refused.code)
         return None, _error(refused.code, refused.message, refused.param, request.event_id)
+    except Exception as exc:  # the log could not be read or written: a server fault, said with a code
+        log.error("resume of %s failed: %s: %s", request.session_id, type(exc).__name__, str(exc)[:300])
+        message = f"the event log could not record the resume ({type(exc).__name__}); try again later"
+        return None, _error(Code.SESSION_RESUME_FAILED, message, None, request.event_id, error_type="server_error")
     log.info("session %s resumed (lease generation %d)", host.session_id, host.state.lease.generation)
     return host, None
 
@@ -156,6 +160,9 @@ async def realtime(ws: WebSocket) -> None:
             log.info("connection refused: %s", err)
             await ws.send_text(encode_wire(_error(Code.MODEL_NOT_FOUND, str(err), "model", None)))
             await ws.close(code=1008, reason="model_not_found")
+            return
+        except SessionOpenFailed as err:
+            await _refuse_open(ws, err)
             return
         log.info("session %s opened (%s dialect)", host.session_id, dialect)
     me = host.listener
@@ -241,7 +248,11 @@ async def world(ws: WebSocket) -> None:
                         await ws.send_text(encode_wire(refusal))  # type: ignore[arg-type]
                         continue
                 elif isinstance(command, StartWorld):
-                    host = await server.sessions.open_world(command, principal=conn.principal.name)
+                    try:
+                        host = await server.sessions.open_world(command, principal=conn.principal.name)
+                    except SessionOpenFailed as err:
+                        await _refuse_open(ws, err, command.event_id)
+                        return
                     log.info("world session %s started", session_id)
                 else:
                     # No session exists yet, so there is no log to record this in.
@@ -284,10 +295,27 @@ async def _submit(host: SessionHost, command: object, me: int) -> bool:
         return True
 
 
-def _error(code: str, message: str, param: str | None, event_id: str | None) -> dict:
-    """An ``error`` told to this connection only (it belongs to no session's log stream)."""
-    kind = ERROR_TYPES.get(code, "invalid_request_error")
-    error = {"type": kind, "code": code, "message": message, "param": param, "event_id": event_id}
+async def _refuse_open(ws: WebSocket, err: SessionOpenFailed, event_id: str | None = None) -> None:
+    """A new session could not be logged: say so with a coded ``error`` (a ``server_error``),
+    then close with 1011 — a connection without a session is of no use to a client, which may
+    reconnect once the log is back. Nothing of the session was kept (see ``SessionOpenFailed``)."""
+    with contextlib.suppress(Exception):
+        await ws.send_text(encode_wire(_error(err.code, err.message, None, event_id, error_type="server_error")))
+        await ws.close(code=1011, reason=err.code)
+
+
+def _error(code: str, message: str, param: str | None, event_id: str | int | None, *, error_type: Optional[str] = None) -> dict:
+    """An ``error`` told to this connection only (it belongs to no session's log stream). Its
+    fields may quote what the client sent, so each is cut to a bounded excerpt
+    (:func:`~duplex_es.domain.rules.clip`). ``error_type`` defaults to the code's Realtime
+    bucket (:data:`~duplex_es.domain.errors.ERROR_TYPES`)."""
+    error = {
+        "type": error_type or ERROR_TYPES.get(code, "invalid_request_error"),
+        "code": code,
+        "message": clip(message, MAX_MESSAGE_CHARS),
+        "param": None if param is None else clip(param, MAX_FIELD_CHARS),
+        "event_id": clip(event_id, MAX_FIELD_CHARS) if isinstance(event_id, str) else event_id,  # a world interaction's is an int
+    }
     return {"type": "error", "event_id": new_id("event"), "error": error}
 
 

@@ -45,7 +45,7 @@ from duplex_es.store import (
 #: An append waiting longer than this (ms) makes ``/healthz`` report the log as degraded.
 DEGRADED_WAIT_MS = 100
 
-__all__ = ["DuplexSessions", "ModelNotServed", "ResumeRefused", "DEFAULT_MODEL", "default_server_id", "new_resume_token", "token_digest"]
+__all__ = ["DuplexSessions", "ModelNotServed", "ResumeRefused", "SessionOpenFailed", "DEFAULT_MODEL", "default_server_id", "new_resume_token", "token_digest"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,20 @@ class ResumeRefused(SessionError):
     def __init__(self, code: str, message: str, param: Optional[str] = None) -> None:
         self.code, self.message, self.param = code, message, param
         super().__init__(f"{code}: {message}")
+
+
+class SessionOpenFailed(SessionError):
+    """A new session could not be opened: the log (or the ownership table) refused its first
+    write. Nothing of it is hosted or owned here any more; ``code`` is ``session_open_failed``
+    and ``message`` names the cause briefly (the exception's class and the start of its text)."""
+
+    code = Code.SESSION_OPEN_FAILED
+
+    def __init__(self, session_id: str, cause: BaseException) -> None:
+        self.session_id = session_id
+        self.message = f"the event log could not record the new session ({type(cause).__name__}); try again later"
+        self.detail = f"{type(cause).__name__}: {str(cause)[:300]}"
+        super().__init__(f"session {session_id} could not be opened: {self.detail}")
 
 
 def new_resume_token() -> str:
@@ -244,25 +258,57 @@ class DuplexSessions:
         if engine is None:
             raise ModelNotServed(model, self.models)
         session_id = new_id("sess")
-        host = self._host(session_id, await asyncio.to_thread(self.owners.acquire, session_id, self.server_id))
-        host.attach()
-        self.hosts[host.session_id] = host
         token = new_resume_token()
-        host.reveal_token(token_digest(token), token)
-        await host.submit(OpenSession(session_id=host.session_id, model=model, engine=engine, resume_token_hash=token_digest(token), principal=principal))
-        return host
+        return await self._open(
+            session_id,
+            OpenSession(session_id=session_id, model=model, engine=engine, resume_token_hash=token_digest(token), principal=principal),
+            token,
+        )
 
     async def open_world(self, start: StartWorld, principal: Optional[str] = None) -> SessionHost:
         """Create a world session from its ``session.start`` and return its handle; its
         ``session.started`` carries the ``resume_token``, and its log records ``principal``
         (a name, ``None``: anonymous) as its owner."""
-        host = self._host(start.session_id, await asyncio.to_thread(self.owners.acquire, start.session_id, self.server_id))
-        host.attach()
-        self.hosts[host.session_id] = host
         token = new_resume_token()
-        host.reveal_token(token_digest(token), token)
-        await host.submit(attrs.evolve(start, resume_token_hash=token_digest(token), principal=principal))
-        return host
+        return await self._open(start.session_id, attrs.evolve(start, resume_token_hash=token_digest(token), principal=principal), token)
+
+    async def _open(self, session_id: str, first: OpenSession | StartWorld, token: str) -> SessionHost:
+        """Own, host and log a new session whose first command is ``first`` (carrying the
+        digest of ``token``).
+
+        Raises:
+            SessionOpenFailed: the ownership row or the first append could not be written; the
+                host is dropped and its ownership row released (when the database still answers),
+                so nothing of the half-opened session is left behind.
+        """
+        fence: Optional[Fence] = None
+        host: Optional[SessionHost] = None
+        try:
+            fence = await asyncio.to_thread(self.owners.acquire, session_id, self.server_id)
+            host = self._host(session_id, fence)
+            host.attach()
+            self.hosts[session_id] = host
+            host.reveal_token(token_digest(token), token)
+            await host.submit(first)
+            return host
+        except Exception as exc:
+            failed = SessionOpenFailed(session_id, exc)
+            log.error("%s", failed)
+            await self._abandon(host, fence)
+            raise failed from exc
+
+    async def _abandon(self, host: Optional[SessionHost], fence: Optional[Fence]) -> None:
+        """Forget a session whose opening failed: stop hosting it and release its ownership row.
+        If its first events did commit (a later step failed), releasing ownership leaves it an
+        orphan, which :meth:`adopt_orphans` recovers like any session of a vanished server."""
+        if host is not None:
+            host.release()
+            self._forget(host)
+        if fence is not None:
+            try:
+                await asyncio.to_thread(self.owners.release, fence)
+            except Exception as exc:  # the database is down: the row expires with its lease
+                log.warning("session %s: could not release its ownership row (%s); it expires with its lease", fence.session_id, type(exc).__name__)
 
     async def recover(self, session_ids: Optional[list[str]] = None) -> list[str]:
         """Take up the sessions the log says are still open but no live server owns (their
