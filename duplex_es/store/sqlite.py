@@ -111,7 +111,7 @@ class SqliteBackend(Backend):
         """Take WAL checkpoints off the commit path for a server (:class:`Checkpointer`)."""
         from duplex_es.store.checkpointer import Checkpointer
 
-        return Checkpointer(engine, self)
+        return Checkpointer(engine, self, wal_limit=WAL_SIZE_LIMIT)
 
     @contextlib.contextmanager
     def write_guard_nowait(self) -> Iterator[None]:

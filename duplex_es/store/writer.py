@@ -55,8 +55,9 @@ BATCH_COMMANDS = Histogram(
 )
 
 #: Retry delays of an inline commit that found the write lock taken (s): short at first (a
-#: worker's commit holds it for a millisecond or so), then every 20 ms until the timeout.
-_BUSY_RETRY_S = (0.001, 0.002, 0.005, 0.01, 0.02)
+#: worker's commit or a checkpoint's last step holds it for a millisecond or a few), then every
+#: 10 ms until the timeout.
+_BUSY_RETRY_S = (0.0005, 0.001, 0.001, 0.002, 0.002, 0.005, 0.01)
 
 
 class LogUnavailable(LogError):
