@@ -140,6 +140,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _loopback_only(host: str) -> bool:
+    """Whether every address ``host`` resolves to is a loopback one (``127.1``, ``localhost``
+    and ``::1`` are; a name that does not resolve is not)."""
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except (socket.gaierror, UnicodeError):
+        return False
+    import ipaddress
+
+    return bool(infos) and all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
+
+
 def _keyring(args: argparse.Namespace) -> "Keyring":
     """The API keys ``serve`` was given, after refusing to serve without any on an address
     other hosts can reach unless ``--allow-unauthenticated`` says so (docs/security.md).
@@ -159,11 +171,7 @@ def _keyring(args: argparse.Namespace) -> "Keyring":
         return Keyring.load(args.api_keys)
     if args.api_key is not None:
         return Keyring.single(args.api_key)
-    try:
-        loopback = args.host == "localhost" or ipaddress.ip_address(args.host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback and not args.allow_unauthenticated:
+    if not _loopback_only(args.host) and not args.allow_unauthenticated:
         raise CliError(
             f"--host {args.host} is reachable from other machines, but no --api-key or --api-keys is set: anyone "
             "could open and read sessions; give keys, or --allow-unauthenticated if that is what you want"

@@ -12,6 +12,7 @@ import logging
 from typing import Callable
 
 from duplex_es.server.host import SessionHost
+from duplex_es.server.trouble import log_failure
 from duplex_es.store import EVENTS_CHANNEL, EventLog, Wakeup
 
 __all__ = ["LogFollower"]
@@ -71,8 +72,8 @@ class LogFollower:
                 continue
             try:
                 rows = await asyncio.to_thread(self.log.tail_sessions, self.position)
-            except Exception:
-                log.exception("log tail failed; retrying")
+            except Exception as exc:
+                log_failure(log, exc, "log tail failed; retrying")
                 await asyncio.sleep(0.5)
                 continue
             if rows:
@@ -102,8 +103,8 @@ class LogFollower:
             try:
                 await host.catch_up()
                 return
-            except Exception:
-                log.exception("session %s: catch-up failed (attempt %d of %d)", host.session_id, attempt + 1, WAKE_RETRIES)
+            except Exception as exc:
+                log_failure(log, exc, "session %s: catch-up failed (attempt %d of %d)", host.session_id, attempt + 1, WAKE_RETRIES)
                 if host.ended.is_set() or host.moved is not None:
                     return
                 await asyncio.sleep(min(0.05 * 2**attempt, 2.0))

@@ -198,6 +198,7 @@ class SessionHost:
                 writer's bound, or failing): nothing of it was applied or published, and the
                 client may send it again.
         """
+        received = time.monotonic()  # the commit bound runs from here, queueing included
         key = idempotency_key(command)
         command = self.core.resolved(command)
         async with self._lock:
@@ -208,7 +209,7 @@ class SessionHost:
                     raise SessionMoved(self.session_id, self.moved)
                 if self.core.is_activity(command):
                     self.last_activity_ms = now_ms()
-                await self._execute(command, key)
+                await self._execute(command, key, received=received)
                 await self._pump()
             except SessionMoved:
                 if listener is not None:
@@ -375,9 +376,13 @@ class SessionHost:
 
     # --------------------------------------------------------------------------------- internals
 
-    async def _execute(self, command: Command, key: Optional[str], *, quiet: bool = False) -> list[Recorded]:
+    async def _execute(
+        self, command: Command, key: Optional[str], *, quiet: bool = False, received: Optional[float] = None
+    ) -> list[Recorded]:
         """Append what the core plans for ``command`` (re-planning after append races); returns
-        what it logged. With ``quiet`` its own events are folded but not queued for the listener."""
+        what it logged. With ``quiet`` its own events are folded but not queued for the listener;
+        ``received`` (monotonic s) is when the command arrived, from which the writer's commit
+        bound runs (default: now)."""
         for _ in range(MAX_RETRIES):
             plan = self.core.plan(command, key)
             if plan is None:
@@ -394,7 +399,8 @@ class SessionHost:
                     try:
                         if self.writer is not None:
                             result = await self.writer.append_async(
-                                self.session_id, list(plan.events), expected_seq=plan.expected_seq, idempotency_key=plan.key, fence=self.fence
+                                self.session_id, list(plan.events), expected_seq=plan.expected_seq, idempotency_key=plan.key,
+                                fence=self.fence, since=received,
                             )
                         else:
                             result = await asyncio.to_thread(

@@ -173,7 +173,13 @@ class Keyring:
 
 
 def _check_key(key: object, where: str) -> None:
-    if not isinstance(key, str) or not key:
+    if not isinstance(key, str):
+        raise KeysFileError(f"{where}: the key must be a JSON string, not {type(key).__name__}")
+    if not key:
         raise KeysFileError(f"{where}: the key is empty")
     if key != key.strip() or any(c.isspace() for c in key):
         raise KeysFileError(f"{where}: the key holds whitespace (it must fit in an Authorization: Bearer header)")
+    if any(not 0x21 <= ord(c) <= 0x7E for c in key):
+        # An HTTP header value carries visible ASCII only (RFC 9110, field values); a key with
+        # anything else could never be sent, so it is a mistake in the file.
+        raise KeysFileError(f"{where}: the key holds a character other than visible ASCII (it must fit in an Authorization: Bearer header)")

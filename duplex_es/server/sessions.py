@@ -29,6 +29,7 @@ from duplex_es.server.follower import LogFollower
 from duplex_es.server.host import ResumeDenied, SessionHost, SessionMoved, new_id, now_ms
 from duplex_es.server.models import DEFAULT_ENGINE, ModelMap
 from duplex_es.server.principals import Principal
+from duplex_es.server.trouble import log_failure
 from duplex_es.snapshots import load_state
 from duplex_es.store import (
     DEFAULT_OWNER_TTL_MS,
@@ -376,6 +377,18 @@ class DuplexSessions:
         """The handle of a session this process hosts, if any."""
         return self.hosts.get(session_id)
 
+    async def owner_of(self, session_id: str) -> tuple[bool, Optional[str]]:
+        """Whether the log holds ``session_id``, and the principal its first event names
+        (``None``: anonymous). One indexed read of seq 1 whether the session is live here,
+        stored, or absent, so that a refusal for "not yours" costs what one for "not there"
+        costs: answering a live session from memory and rebuilding a stored one before
+        checking its owner let response times tell which ids exist (docs/security.md,
+        "Ownership")."""
+        first = await asyncio.to_thread(self.log.read_seqs, session_id, [1])
+        if not first:
+            return False, None
+        return True, getattr(first[0].event, "principal", None)
+
     async def load(self, session_id: str, fence: Optional[Fence] = None) -> Optional[SessionHost]:
         """The handle of a session, rebuilt from the log if this process does not host it yet
         (after a restart, or when it lives on another server); ``None`` if the log holds no
@@ -439,6 +452,10 @@ class DuplexSessions:
                 (the token was rotated by a later resume, or the lease is no longer at
                 ``expected_generation``).
         """
+        if principal is not None:
+            exists, owner = await self.owner_of(session_id)
+            if not exists or not principal.owns(owner):  # decided before anything is rebuilt
+                raise ResumeRefused(Code.SESSION_NOT_FOUND, f"no session {session_id}", "session_id")
         host = await self.load(session_id)
         if host is None or (principal is not None and not principal.owns(host.state.lease.principal)):
             raise ResumeRefused(Code.SESSION_NOT_FOUND, f"no session {session_id}", "session_id")
@@ -491,8 +508,8 @@ class DuplexSessions:
                 continue  # still opening: its first event is being written
             try:
                 reason = await host.expire_if_due(now, disconnect_grace_ms=self.disconnect_grace_ms, idle_ttl_ms=self.idle_ttl_ms)
-            except Exception:
-                log.exception("session %s: expiry failed", host.session_id)
+            except Exception as exc:
+                log_failure(log, exc, "session %s: expiry failed", host.session_id)
                 continue
             if reason is None:
                 continue
@@ -508,8 +525,8 @@ class DuplexSessions:
         if host.fence is not None:
             try:
                 await asyncio.to_thread(self.owners.release, host.fence)
-            except Exception:
-                log.exception("session %s: releasing ownership failed", host.session_id)
+            except Exception as exc:
+                log_failure(log, exc, "session %s: releasing ownership failed", host.session_id)
 
     async def adopt_orphans(self) -> list[str]:
         """Take up sessions whose owning server stopped renewing its lease (it died, and no
@@ -522,8 +539,8 @@ class DuplexSessions:
             await asyncio.sleep(self.reaper_interval_ms / 1000)
             try:
                 await self.reap()
-            except Exception:
-                log.exception("lease reaper failed; retrying")
+            except Exception as exc:
+                log_failure(log, exc, "lease reaper failed; retrying")
 
     async def _own_forever(self) -> None:
         """Renew this server's ownership leases and take up orphaned sessions, every third of
@@ -533,5 +550,5 @@ class DuplexSessions:
             try:
                 await asyncio.to_thread(self.owners.renew, self.server_id)
                 await self.adopt_orphans()
-            except Exception:
-                log.exception("ownership renewal failed; retrying")
+            except Exception as exc:
+                log_failure(log, exc, "ownership renewal failed; retrying")

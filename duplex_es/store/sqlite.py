@@ -116,7 +116,7 @@ class SqliteBackend(Backend):
     @contextlib.contextmanager
     def write_guard_nowait(self) -> Iterator[None]:
         if not self._write_lock.acquire(blocking=False):
-            raise WriteLockBusy("another writer of this process holds the SQLite write lock")
+            raise WriteLockBusy("the SQLite write lock is busy (a writer of this process holds it or waits for it)")
         try:
             yield
         finally:

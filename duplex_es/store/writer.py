@@ -130,9 +130,11 @@ class GroupCommitWriter:
             Not for PostgreSQL: a commit there waits on the network and on the other servers'
             append lock, which must not stall the loop. :meth:`submit` always uses the thread.
             An inline commit never waits on a lock (:meth:`Database.write` with ``wait=False``).
-        timeout_ms: how long an inline append may wait for the write lock before it fails with
-            :class:`LogUnavailable` (ms). (In the thread, the database's own ``write_timeout_ms``
-            bounds the wait.)
+        timeout_ms: how long an append may wait for the write lock, from its ``since``, before
+            it fails with :class:`LogUnavailable` (ms). Inline, the writer tries again on a timer
+            until then; in the thread, the database's own ``write_timeout_ms`` bounds each
+            transaction, and while the database stays busy, appends already past the bound are
+            refused without another try.
     """
 
     def __init__(
@@ -155,6 +157,7 @@ class GroupCommitWriter:
         self._last_commit_at: Optional[float] = None
         self._last_failure_at: Optional[float] = None
         self._last_failure: Optional[str] = None
+        self._busy_failed_at: Optional[float] = None  # the last append refused as busy
         self._cond = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
@@ -188,8 +191,13 @@ class GroupCommitWriter:
         expected_seq: int,
         idempotency_key: Optional[str] = None,
         fence: Optional[Fence] = None,
+        since: Optional[float] = None,
     ) -> AppendResult:
         """:meth:`submit` for a caller on an event loop: the same contract, awaited.
+
+        ``since`` (monotonic s, default now) is when the caller received the command: the
+        ``timeout_ms`` bound runs from then, so commands that queued behind a stalled one are
+        refused within the bound of their arrival, not one bound after another.
 
         With ``inline`` the commit runs on this loop; otherwise the thread settles all the
         loop's callers of one commit with one ``call_soon_threadsafe`` (one wake-up of the loop
@@ -202,6 +210,8 @@ class GroupCommitWriter:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         req = _Request(AppendRequest(session_id, tuple(events), expected_seq, idempotency_key, fence), future)
+        if since is not None:
+            req.since = since
         if not self.inline:
             self._enqueue(req)
         else:
@@ -227,11 +237,15 @@ class GroupCommitWriter:
         except WriteLockBusy as busy:
             # Someone else holds the write lock: nothing was written. Fail what waited too
             # long, and try the rest again shortly — the loop serves everybody meanwhile.
+            # Once one append has waited out its bound, the database is known busy: until
+            # something commits, later ones are refused after one try, so commands a client sends
+            # one after another into a stall are each answered within the bound of their arrival.
             now = time.monotonic()
-            expired = [r for r in self._inline if (now - r.since) * 1000 >= self.timeout_ms]
+            fail_fast = self._known_busy()
+            expired = [r for r in self._inline if fail_fast or (now - r.since) * 1000 >= self.timeout_ms]
             if expired:
-                self._inline = [r for r in self._inline if (now - r.since) * 1000 < self.timeout_ms]
-                self._failed(f"write lock busy: {busy}")
+                self._inline = [r for r in self._inline if not (fail_fast or (now - r.since) * 1000 >= self.timeout_ms)]
+                self._failed(f"write lock busy: {busy}", busy=True)
                 _settle_async(
                     [(r.future, LogUnavailable("busy", str(busy), (now - r.since) * 1000)) for r in expired]  # type: ignore[misc]
                 )
@@ -258,9 +272,15 @@ class GroupCommitWriter:
         oldest = (now - min(waiting)) * 1000 if waiting else 0.0
         return LogHealth(self._last_commit_at, self._last_failure_at, self._last_failure, oldest)
 
-    def _failed(self, what: str) -> None:
+    def _known_busy(self) -> bool:
+        """Whether an append failed because the database was busy, with none committed since."""
+        return self._busy_failed_at is not None and (self._last_commit_at is None or self._last_commit_at < self._busy_failed_at)
+
+    def _failed(self, what: str, *, busy: bool = False) -> None:
         self._last_failure_at = time.monotonic()
         self._last_failure = what[:300]
+        if busy:
+            self._busy_failed_at = self._last_failure_at
 
     def _enqueue(self, request: _Request) -> None:
         with self._cond:
@@ -311,6 +331,18 @@ class GroupCommitWriter:
             if not batch:
                 return  # closed and drained
             live = [r for r in batch if isinstance(r.future, asyncio.Future) or r.future.set_running_or_notify_cancel()]
+            if live and self._known_busy():
+                # The database stayed busy for the last batch. For one bound after that failure
+                # commands are refused without another wait (so those a client sends one after
+                # another into a stall are each answered within the bound of their arrival);
+                # after it, the next batch tries again. What already waited its bound is refused.
+                now = time.monotonic()
+                assert self._busy_failed_at is not None
+                cooling = (now - self._busy_failed_at) * 1000 < self.timeout_ms
+                expired = [r for r in live if cooling or (now - r.since) * 1000 >= self.timeout_ms]
+                if expired:
+                    live = [r for r in live if not (cooling or (now - r.since) * 1000 >= self.timeout_ms)]
+                    self._settle([(r, LogUnavailable("busy", self._last_failure or "busy", (now - r.since) * 1000)) for r in expired])
             if live:
                 self._in_flight_since = min(r.since for r in live)
                 try:
@@ -377,7 +409,7 @@ class GroupCommitWriter:
 
     def _fail_busy(self, batch: list[_Request], settled: list[tuple[_Request, object]], detail: str) -> None:
         now = time.monotonic()
-        self._failed(f"busy: {detail}")
+        self._failed(f"busy: {detail}", busy=True)
         log.warning("the log stayed busy; %d command(s) fail: %s", len(batch), detail[:300])
         settled.extend((r, LogUnavailable("busy", detail[:300], (now - r.since) * 1000)) for r in batch)
 

@@ -116,6 +116,19 @@ def test_a_held_write_lock_refuses_commands_after_a_bounded_wait_while_the_serve
         # on its own connection: nothing one client does holds up the other's answers.
         _append(other, "evt_other")
         assert other.error(timeout=COMMIT_TIMEOUT_MS / 1000 + 10)["code"] == "log_unavailable"
+
+        # Commands sent one after another into the stall are each refused within the bound of
+        # their own arrival, not one bound after another as they queue behind each other.
+        sent: dict[str, float] = {}
+        for i in range(5):
+            sent[f"evt_q{i}"] = time.monotonic()
+            _append(held_elsewhere, f"evt_q{i}")
+            time.sleep(0.1)
+        for _ in sent:
+            err = held_elsewhere.error(timeout=COMMIT_TIMEOUT_MS / 1000 + 10)
+            late_ms = (time.monotonic() - sent[err["event_id"]]) * 1000
+            assert err["code"] == "log_unavailable"
+            assert late_ms < COMMIT_TIMEOUT_MS + 1000, f"{err['event_id']} refused {late_ms:.0f} ms after it was sent"
     finally:
         holder.release()
 

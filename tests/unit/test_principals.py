@@ -53,6 +53,8 @@ def test_ownership_rules():
         ([{"name": "a", "key": "k1", "role": "client"}, {"name": "b", "key": "k1", "role": "client"}], "entry 1 ('b'): the same key as 'a'"),
         ([{"name": "a", "key": "", "role": "client"}], "entry 0 ('a'): the key is empty"),
         ([{"name": "a", "key": "k 1", "role": "client"}], "holds whitespace"),
+        ([{"name": "a", "key": 123, "role": "client"}], "the key must be a JSON string, not int"),
+        ([{"name": "a", "key": "x\u0000", "role": "client"}], "other than visible ASCII"),
         ([{"name": "a", "key": "k1", "role": "admin"}], "role must be one of client, operator; got 'admin'"),
         ([{"name": "a", "key": "k1"}], "entry 0 ('a'): missing role"),
         ([{"name": "a", "key": "k1", "role": "client", "extra": 1}], "unknown field extra"),
@@ -64,7 +66,7 @@ def test_a_bad_keys_list_is_refused_naming_the_entry_and_never_the_key(entries, 
         Keyring.from_entries(entries, "keys.json")
     assert says in str(err.value) and str(err.value).startswith("keys.json")
     keys = [e["key"] for e in entries if isinstance(e, dict) and e.get("key")] if isinstance(entries, list) else []
-    assert not any(k in str(err.value) for k in keys)
+    assert not any(str(k) in str(err.value) for k in keys if isinstance(k, str))
 
 
 def test_a_keys_file_that_is_not_json_is_refused(tmp_path: Path):
@@ -87,7 +89,7 @@ def test_serve_refuses_no_keys_on_a_reachable_address_unless_told(monkeypatch: p
             _keyring(serve_args("--host", host))
         assert _keyring(serve_args("--host", host, "--allow-unauthenticated")).open
         assert not _keyring(serve_args("--host", host, "--api-key", "k")).open
-    for host in ("127.0.0.1", "127.0.0.2", "::1", "localhost"):
+    for host in ("127.0.0.1", "127.0.0.2", "127.1", "::1", "localhost"):
         assert _keyring(serve_args("--host", host)).open
     assert _keyring(serve_args()).open  # the default --host is loopback
     with pytest.raises(CliError, match="not both"):
