@@ -109,7 +109,7 @@ async def _resume(
     except Exception as exc:  # the log could not be read or written: a server fault, said with a code
         log.error("resume of %s failed: %s: %s", request.session_id, type(exc).__name__, str(exc)[:300])
         message = f"the event log could not record the resume ({type(exc).__name__}); try again later"
-        return None, _error(Code.SESSION_RESUME_FAILED, message, None, request.event_id, error_type="server_error")
+        return None, _error(Code.SESSION_RESUME_FAILED, message, None, request.event_id)
     log.info("session %s resumed (lease generation %d)", host.session_id, host.state.lease.generation)
     return host, None
 
@@ -300,17 +300,17 @@ async def _refuse_open(ws: WebSocket, err: SessionOpenFailed, event_id: str | No
     then close with 1011 — a connection without a session is of no use to a client, which may
     reconnect once the log is back. Nothing of the session was kept (see ``SessionOpenFailed``)."""
     with contextlib.suppress(Exception):
-        await ws.send_text(encode_wire(_error(err.code, err.message, None, event_id, error_type="server_error")))
+        await ws.send_text(encode_wire(_error(err.code, err.message, None, event_id)))
         await ws.close(code=1011, reason=err.code)
 
 
-def _error(code: str, message: str, param: str | None, event_id: str | int | None, *, error_type: Optional[str] = None) -> dict:
-    """An ``error`` told to this connection only (it belongs to no session's log stream). Its
-    fields may quote what the client sent, so each is cut to a bounded excerpt
-    (:func:`~duplex_es.domain.rules.clip`). ``error_type`` defaults to the code's Realtime
-    bucket (:data:`~duplex_es.domain.errors.ERROR_TYPES`)."""
+def _error(code: str, message: str, param: str | None, event_id: str | int | None) -> dict:
+    """An ``error`` told to this connection only (it belongs to no session's log stream), of
+    the code's Realtime type (:data:`~duplex_es.domain.errors.ERROR_TYPES`). Its fields may
+    quote what the client sent, so each is cut to a bounded excerpt
+    (:func:`~duplex_es.domain.rules.clip`)."""
     error = {
-        "type": error_type or ERROR_TYPES.get(code, "invalid_request_error"),
+        "type": ERROR_TYPES.get(code, "invalid_request_error"),
         "code": code,
         "message": clip(message, MAX_MESSAGE_CHARS),
         "param": None if param is None else clip(param, MAX_FIELD_CHARS),

@@ -457,7 +457,7 @@ class DuplexSessions:
             if not exists or not principal.owns(owner):  # decided before anything is rebuilt
                 raise ResumeRefused(Code.SESSION_NOT_FOUND, f"no session {session_id}", "session_id")
         host = await self.load(session_id)
-        if host is None or (principal is not None and not principal.owns(host.state.lease.principal)):
+        if host is None:
             raise ResumeRefused(Code.SESSION_NOT_FOUND, f"no session {session_id}", "session_id")
         if kind is not None and kind_of(host.state).name != kind:
             message = f"{session_id} is a {kind_of(host.state).name} session: resume it on its own endpoint"

@@ -360,9 +360,7 @@ class GroupCommitWriter:
         settled: list[tuple[_Request, object]] = []
         try:
             self._commit_group(batch, settled, wait=wait)
-        except WriteLockBusy:
-            if wait:  # a backend that cannot wait for its own lock: never leave callers waiting
-                raise AssertionError("WriteLockBusy from a waiting write")
+        except WriteLockBusy:  # only a write that must not wait lets it out: nothing was written
             raise
         except BaseException as exc:  # never leave a caller waiting forever
             log.exception("group commit failed unexpectedly")

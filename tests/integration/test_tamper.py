@@ -19,6 +19,7 @@ from duplex_es.events import SessionConfig, SessionOpened, TextAppended
 from duplex_es.store import ChainKeyError, Database, EventLog, KeyRing, upgrade
 from duplex_es.store.chain import GENESIS, event_hash, key_id_of
 from duplex_es.store.checkpoint import CheckpointError, read_checkpoints, verify_checkpoints, write_checkpoint
+from tampering import attack
 
 KEY1 = bytes(range(32))
 KEY2 = bytes(range(100, 132))
@@ -40,16 +41,6 @@ def fill(log: EventLog) -> None:
     log.append("a", [text(3), text(4)], expected_seq=3)
 
 
-def attack(db: Database, *statements: str) -> None:
-    """Remove the append-only guard (as a DB owner can) and run ``statements``."""
-    guard = (
-        ("DROP TRIGGER IF EXISTS events_refuse_update", "DROP TRIGGER IF EXISTS events_refuse_delete")
-        if db.backend.name == "sqlite"
-        else ("ALTER TABLE events DISABLE TRIGGER USER",)
-    )
-    with db.write() as conn:
-        for stmt in (*guard, *statements):
-            conn.exec_driver_sql(stmt)
 
 
 def recompute_public_chain(db: Database, session_id: str, *, drop_key: bool) -> None:

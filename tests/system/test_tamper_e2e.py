@@ -19,6 +19,7 @@ from duplex_es.store.chain import GENESIS, event_hash
 
 from conftest import backend_url
 from servers import running
+from tampering import attack as _attack
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -49,15 +50,6 @@ def _world_session(port: int) -> str:
     return sid
 
 
-def _attack(db: Database, *statements: str) -> None:
-    guard = (
-        ("DROP TRIGGER IF EXISTS events_refuse_update", "DROP TRIGGER IF EXISTS events_refuse_delete")
-        if db.backend.name == "sqlite"
-        else ("ALTER TABLE events DISABLE TRIGGER USER",)
-    )
-    with db.write() as conn:
-        for stmt in (*guard, *statements):
-            conn.exec_driver_sql(stmt)
 
 
 @pytest.mark.slow
