@@ -36,6 +36,7 @@ __all__ = [
     "HistoryEntry",
     "SpeechInputs",
     "InputTranscript",
+    "FunctionCallChunk",
     "SessionOpened",
     "SessionUpdated",
     "SessionClosed",
@@ -236,6 +237,25 @@ class ContentPart:
 
 
 @attrs.frozen(kw_only=True)
+class FunctionCallChunk:
+    """A piece of a function call an engine streams (a GA ``function_call`` output item;
+    docs/protocol.md, "Function calling").
+
+    ``call_id`` is the engine's id for the call (unique in the session; the client answers it
+    with a ``function_call_output`` item naming it), ``name`` the function called (one of the
+    tick's ``tools``), ``arguments_delta`` the next characters of the call's JSON arguments and
+    ``done`` whether they are now complete (the client may run the tool from then on). The
+    first chunk of a call opens its output item; later chunks of the same ``call_id`` extend
+    it until one is ``done``.
+    """
+
+    call_id: str
+    name: str
+    arguments_delta: str = ""
+    done: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class ResponseInput:
     """One entry of a ``response.create`` ``input``: a reference to a conversation item
     (``item_id``), or an inline ``message`` item (``role`` and ``content``; it joins no
@@ -249,12 +269,22 @@ class ResponseInput:
 @attrs.frozen(kw_only=True)
 class HistoryEntry:
     """One conversation item as the model sees it when a tick is issued: assistant entries hold
-    only what the user heard."""
+    only what the user heard.
+
+    ``type`` is the GA item type: ``message`` (``role``, ``text``, ``audio_ms``),
+    ``function_call`` (the call the model made: ``call_id``, ``name``, ``arguments`` as JSON
+    text; ``role`` ``assistant``) or ``function_call_output`` (what the client's tool
+    returned for ``call_id``: ``output``; ``role`` ``tool``)."""
 
     item_id: str
     role: str
     text: str
     audio_ms: int = 0
+    type: str = "message"
+    call_id: Optional[str] = None
+    name: Optional[str] = None
+    arguments: Optional[str] = None
+    output: Optional[str] = None
 
 
 @attrs.frozen(kw_only=True)
@@ -268,7 +298,10 @@ class SpeechInputs:
     ``input``). ``engine`` is the engine the session's model maps to and ``model`` the name the
     client asked for. The response's settings follow, as the client set them:
     ``max_output_tokens`` (an int or ``"inf"``), ``speed`` (0.25–1.5), ``temperature``,
-    ``tools`` and ``tool_choice`` (JSON as sent).
+    ``tools`` (GA function tools: ``name``, ``description``, JSON-Schema ``parameters``),
+    ``tool_choice`` (``auto``, ``none``, ``required`` or ``{"type": "function", "name": ...}``)
+    and ``parallel_tool_calls`` (``None``: GA's default, true: the engine may make several
+    calls in one response) — JSON as sent.
     """
 
     reply_to_item_id: Optional[str] = None
@@ -287,6 +320,7 @@ class SpeechInputs:
     temperature: Optional[float] = None
     tools: tuple[Any, ...] = ()
     tool_choice: Any = "auto"
+    parallel_tool_calls: Optional[bool] = None
 
 
 @attrs.frozen(kw_only=True)
@@ -564,7 +598,13 @@ class InputCleared(Event):
 @event("conversation.item.created")
 class ItemCreated(Event):
     """A client-created item (``conversation.item.create``) placed after ``previous_item_id``
-    (``None``: at the start of the conversation)."""
+    (``None``: at the start of the conversation).
+
+    ``type`` is the GA item type: a ``message`` has ``role`` and ``content``; a
+    ``function_call`` (a call restored into the history) has ``call_id``, ``name`` and
+    ``arguments``; a ``function_call_output`` answers the call ``call_id`` with ``output``
+    (the tool's result as text). Function items log ``role`` ``assistant`` (a call) or
+    ``tool`` (an output); the wire shows them without a role."""
 
     client_event_id: Optional[str] = None
     item_id: str
@@ -572,6 +612,11 @@ class ItemCreated(Event):
     role: str
     content: tuple[ContentPart, ...] = ()
     samples: int = 0
+    type: str = "message"
+    call_id: Optional[str] = None
+    name: Optional[str] = None
+    arguments: Optional[str] = None
+    output: Optional[str] = None
 
 
 @event("conversation.item.deleted")
@@ -695,6 +740,7 @@ class TickOutput(TickAnswer):
     engine: str = ""
     usage: Optional[TokenUsage] = None
     not_applied: tuple[str, ...] = ()
+    function_call: Optional[FunctionCallChunk] = None
 
 
 @event("tick.failed")

@@ -47,6 +47,7 @@ def output_events(session_id: str, engine_name: str, out: EngineOutput) -> list[
             engine=engine_name,
             usage=out.usage,
             not_applied=out.not_applied,
+            function_call=out.function_call,
         )
     ]
 

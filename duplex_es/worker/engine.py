@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional, Protocol, runtime_checkable
 import attrs
 
 from duplex_es.errors import DuplexError
-from duplex_es.events import AudioSegment, Event, InputTranscript, Mark, TickIdentity, TickIssued, TickRequest, TokenUsage, TranscriptionRequested
+from duplex_es.events import AudioSegment, Event, FunctionCallChunk, InputTranscript, Mark, TickIdentity, TickIssued, TickRequest, TokenUsage, TranscriptionRequested
 
 __all__ = [
     "TickIdentity",
@@ -59,6 +59,15 @@ class EngineOutput:
     opened the response's first item, so ``new_item`` on a response's first chunk leaves an
     empty item before it (the reference engine sets it on the first chunk of each later
     sentence only).
+
+    ``function_call`` streams a function call instead of audio and text (an output carries
+    one or the other): the first chunk of a ``call_id`` opens its ``function_call`` item —
+    the response's first item when it is the response's first output, else a new item, so
+    set ``new_item`` then — and the chunk that is ``done`` completes its arguments, which
+    must be a JSON object's text by then. The tick's ``inputs.tools``, ``tool_choice`` and
+    ``parallel_tool_calls`` say which calls are allowed; the call's output comes back in a
+    later response's ``inputs.history`` (a ``function_call_output`` entry). docs/protocol.md,
+    "Function calling".
     """
 
     echo: TickIdentity
@@ -71,6 +80,7 @@ class EngineOutput:
     input_transcripts: tuple[InputTranscript, ...] = ()
     usage: Optional[TokenUsage] = None
     not_applied: tuple[str, ...] = ()
+    function_call: Optional[FunctionCallChunk] = None
 
 
 @attrs.frozen(kw_only=True)
