@@ -281,6 +281,7 @@ class ResponseOptions:
     max_output_tokens: Optional[Any] = None
     tools: Optional[tuple[Any, ...]] = None
     tool_choice: Optional[Any] = None
+    parallel_tool_calls: Optional[bool] = None
     temperature: Optional[float] = None
     speed: Optional[float] = None
     not_applied: tuple[str, ...] = ()
@@ -324,14 +325,22 @@ class ClearOutputAudio(ClientCommand):
 
 @attrs.frozen(kw_only=True)
 class CreateItem(ClientCommand):
-    """``conversation.item.create``: a ``message`` item with ``role`` and ``content``, placed
-    after ``previous_item_id`` (``None``: at the end; :data:`ROOT`: at the start)."""
+    """``conversation.item.create``: an item placed after ``previous_item_id`` (``None``: at
+    the end; :data:`ROOT`: at the start). ``type`` is the GA item type: a ``message`` has
+    ``role`` and ``content``; a ``function_call_output`` answers the call ``call_id`` with
+    ``output``; a ``function_call`` (restoring history) has ``call_id``, ``name`` and
+    ``arguments``. Function items carry role ``tool`` (output) or ``assistant`` (call)."""
 
     item_id: str
     role: str
-    content: tuple[ContentPart, ...]
+    content: tuple[ContentPart, ...] = ()
     previous_item_id: Optional[str] = None
     audio_nbytes: int = 0
+    type: str = "message"
+    call_id: Optional[str] = None
+    name: Optional[str] = None
+    arguments: Optional[str] = None
+    output: Optional[str] = None
 
 
 @attrs.frozen(kw_only=True)

@@ -79,6 +79,14 @@ class Code:
     TRUNCATE_OUT_OF_RANGE = "audio_end_ms_out_of_range"
     INVALID_CONTENT_INDEX = "invalid_content_index"
 
+    # Function calling (docs/protocol.md, "Function calling").
+    FUNCTION_CALL_NOT_FOUND = "function_call_not_found"  # no call of this session has that call_id
+    FUNCTION_CALL_ANSWERED = "function_call_already_answered"  # a second output for one call
+    FUNCTION_CALL_CANCELLED = "function_call_cancelled"  # its response was cancelled or failed
+    FUNCTION_CALL_IN_PROGRESS = "function_call_in_progress"  # its arguments are still streaming
+    FUNCTION_CALL_DUPLICATE = "function_call_duplicate_call_id"  # a client call reusing a call_id
+    FUNCTION_TEXT_TOO_LONG = "function_call_text_too_long"  # output / arguments over the bound
+
     # World sessions (vLLM-Omni's admission codes).
     DUPLICATE_EVENT = "duplicate_event"
     STALE_EVENT = "stale_event"
@@ -90,12 +98,14 @@ class Code:
     # Engine side (carried by ``response.done`` status_details.error).
     TICK_IDENTITY_MISMATCH = "tick_identity_mismatch"
     ENGINE_FAILED = "engine_failed"
+    INVALID_FUNCTION_CALL = "invalid_engine_function_call"  # an engine's call broke the streaming rules
 
 
 #: The Realtime ``error.type`` bucket of codes that are not ``invalid_request_error``.
 ERROR_TYPES: dict[str, str] = {
     Code.TICK_IDENTITY_MISMATCH: "server_error",
     Code.ENGINE_FAILED: "server_error",
+    Code.INVALID_FUNCTION_CALL: "server_error",
     Code.LOG_UNAVAILABLE: "server_error",
     Code.SESSION_OPEN_FAILED: "server_error",
     Code.SESSION_RESUME_FAILED: "server_error",

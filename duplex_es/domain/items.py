@@ -11,6 +11,7 @@ after it) and after later turns.
 
 from __future__ import annotations
 
+from duplex_es.domain.calls import decide_function_item, evolve_function_item
 from duplex_es.domain.commands import ROOT, CreateItem, DeleteItem, RetrieveItem, TruncateItem
 from duplex_es.domain.content import content_problem, size_problem
 from duplex_es.domain.errors import Code
@@ -24,9 +25,10 @@ from duplex_es.events import AudioSegment, Event, ItemCreated, ItemDeleted, Item
 
 
 def decide_create_item(cmd: CreateItem, state: SessionState) -> list[Event]:
-    problem = content_problem(cmd.role, cmd.content)
-    if problem is not None:
-        return reject(cmd, *problem)
+    if cmd.type == "message":
+        problem = content_problem(cmd.role, cmd.content)
+        if problem is not None:
+            return reject(cmd, *problem)
     if cmd.item_id in state.items:
         return reject(cmd, Code.ITEM_CREATE_DUPLICATE, f"an item with id {cmd.item_id!r} already exists", "item.id")
     if cmd.item_id == ROOT:
@@ -36,12 +38,25 @@ def decide_create_item(cmd: CreateItem, state: SessionState) -> list[Event]:
         return reject(
             cmd, Code.PREVIOUS_ITEM_NOT_FOUND, f"previous_item_id {str(previous)[:64]!r} is not in the conversation", "previous_item_id"
         )
+    resolved = None if previous == ROOT else (previous if previous is not None else state.last_item_id)
+    if cmd.type != "message":
+        created = ItemCreated(
+            client_event_id=cmd.event_id,
+            item_id=cmd.item_id,
+            previous_item_id=resolved,
+            role=cmd.role,
+            type=cmd.type,
+            call_id=cmd.call_id,
+            name=cmd.name,
+            arguments=cmd.arguments,
+            output=cmd.output,
+        )
+        return decide_function_item(cmd, state, created)
     fmt = state.config.input_format  # type: ignore[union-attr]
     too_big = size_problem(fmt, cmd.content, cmd.audio_nbytes, f"item {cmd.item_id[:64]}", "item.content")
     if too_big is not None:
         return reject(cmd, *too_big)
     samples = cmd.audio_nbytes // (2 if fmt.type == "audio/pcm" else 1)
-    resolved = None if previous == ROOT else (previous if previous is not None else state.last_item_id)
     created = ItemCreated(
         client_event_id=cmd.event_id,
         item_id=cmd.item_id,
@@ -117,6 +132,8 @@ def decide_truncate_item(cmd: TruncateItem, state: SessionState) -> list[Event]:
 
 
 def evolve_item_created(ev: ItemCreated, state: SessionState, seq: int) -> SessionState:
+    if ev.type != "message":
+        return evolve_function_item(ev, state, seq)
     text = "".join(p.text for p in ev.content)
     has_audio = any(p.type == "input_audio" for p in ev.content)
     fmt = state.config.input_format  # type: ignore[union-attr]

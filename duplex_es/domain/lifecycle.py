@@ -52,13 +52,14 @@ _MODEL_FIELDS = (
     "max_output_tokens",
     "tools",
     "tool_choice",
+    "parallel_tool_calls",
     "temperature",
 )
 
 #: Settings accepted and echoed exactly, that nothing in duplex_es applies: a ``session.updated``
 #: that sets one names it in ``not_applied`` (its wire path), so a replay shows why it had no
-#: effect. ``temperature``, ``tools`` and ``tool_choice`` reach the engine, which reports itself
-#: what it ignored (``tick.output.not_applied``).
+#: effect. ``temperature``, ``tools``, ``tool_choice`` and ``parallel_tool_calls`` reach the
+#: engine, which reports itself what it ignored (``tick.output.not_applied``).
 NOT_APPLIED_SETTINGS = {
     "noise_reduction": "session.audio.input.noise_reduction",
     "tracing": "session.tracing",
@@ -66,7 +67,6 @@ NOT_APPLIED_SETTINGS = {
     "include": "session.include",
     "prompt": "session.prompt",
     "reasoning": "session.reasoning",
-    "parallel_tool_calls": "session.parallel_tool_calls",
 }
 
 _TD = "session.audio.input.turn_detection"

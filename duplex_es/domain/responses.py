@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Optional, Union
 
 from duplex_es.audio import is_supported
+from duplex_es.domain.calls import apply_chunk, chunk_problem, end_calls, function_history_entry
 from duplex_es.domain.commands import BargeIn, CancelResponse, ClearOutputAudio, CreateResponse, Pump, ResponseOptions
 from duplex_es.domain.content import content_problem, size_problem, tool_choice_problem
 from duplex_es.domain.errors import Code
@@ -53,6 +54,8 @@ def classify_output(state: SessionState, ev: Union[TickOutput, TickFailed]) -> V
     * rejected ``identity_mismatch``: the live tick exists but the output's ``session_id``,
       ``response_id``, ``epoch``, ``chunk_index`` or ``applied_event_ids`` differ from it, or it
       opens an item with an id already in use;
+    * rejected ``invalid_function_call``: it breaks the function-calling rules
+      (:func:`~duplex_es.domain.calls.chunk_problem`);
     * accepted otherwise.
     """
     tick = state.ticks.get(ev.request_id)
@@ -60,8 +63,13 @@ def classify_output(state: SessionState, ev: Union[TickOutput, TickFailed]) -> V
     verdict = judge_echo(live, ev, epoch=state.epoch)
     if not verdict.accepted:
         return verdict
-    if isinstance(ev, TickOutput) and ev.new_item_id is not None and ev.new_item_id in state.items:
-        return Verdict("rejected", "identity_mismatch")
+    if isinstance(ev, TickOutput):
+        if ev.new_item_id is not None and ev.new_item_id in state.items:
+            return Verdict("rejected", "identity_mismatch")
+        current = state.items.get(state.responses[ev.response_id].item_id)
+        calling = ev.function_call is not None or (current is not None and current.type == "function_call")
+        if calling and chunk_problem(state, ev):
+            return Verdict("rejected", "invalid_function_call")
     return ACCEPTED
 
 
@@ -87,6 +95,8 @@ def retire_frozen(state: SessionState) -> SessionState:
 
 
 def _history_entry(item: Item) -> HistoryEntry:
+    if item.type != "message":
+        return function_history_entry(item)
     text = item.transcript if item.role == "assistant" else (item.transcript or item.input_text)
     return HistoryEntry(item_id=item.id, role=item.role, text=text, audio_ms=item.audio_ms)
 
@@ -231,6 +241,7 @@ def start_response(state: SessionState, cmd: CreateResponse) -> list[Event]:
         temperature=cfg.temperature if o.temperature is None else o.temperature,
         tools=tools,
         tool_choice=tool_choice,
+        parallel_tool_calls=cfg.parallel_tool_calls if o.parallel_tool_calls is None else o.parallel_tool_calls,
     )
     return [
         ResponseCreated(
@@ -480,6 +491,8 @@ def evolve_tick_output(ev: TickOutput, state: SessionState, seq: int) -> Session
     if verdict.kind == "discarded":
         return state
     if verdict.kind == "rejected":
+        if verdict.reason == "invalid_function_call":
+            return _fail_tick(state, ev.request_id, Code.INVALID_FUNCTION_CALL, chunk_problem(state, ev) or "")
         return _fail_tick(state, ev.request_id, Code.TICK_IDENTITY_MISMATCH, "engine output does not echo its tick")
     ticks = {k: v for k, v in state.ticks.items() if k != ev.request_id}
     resp = state.responses[ev.response_id]
@@ -489,6 +502,17 @@ def evolve_tick_output(ev: TickOutput, state: SessionState, seq: int) -> Session
         # for it ("heard": a later response answering the same item does not report it again).
         if user is not None and user.role == "user" and user.transcription is None:
             state = put_item(state, replace(user, transcript=t.transcript, transcription="heard"))
+    if ev.function_call is not None:
+        state, resp, item = apply_chunk(state, ev, resp)
+        resp = replace(
+            resp,
+            usage=resp.usage if ev.usage is None else resp.usage + ev.usage,
+            tick_in_flight=None,
+            next_chunk=resp.next_chunk + 1,
+            final_seen=resp.final_seen or ev.final,
+            incomplete_reason=ev.incomplete_reason or resp.incomplete_reason,
+        )
+        return put_response(replace(state, ticks=ticks), resp)
     item = state.items[resp.item_id]
     if ev.new_item_id is not None:
         state = put_item(state, replace(item, complete=True, status="completed"))
@@ -496,7 +520,7 @@ def evolve_tick_output(ev: TickOutput, state: SessionState, seq: int) -> Session
             id=ev.new_item_id,
             role="assistant",
             status="in_progress",
-            content_type=item.content_type,
+            content_type="output_audio" if "audio" in resp.output_modalities else "output_text",
             in_conversation=item.in_conversation,
             response_id=resp.id,
             output_index=len(resp.item_ids),
@@ -585,7 +609,10 @@ def evolve_response_done(ev: ResponseDone, state: SessionState, seq: int) -> Ses
         resp = replace(resp, acked=True, committed_ms=ev.heard_ms)
     item = state.items.get(resp.item_id)
     if item is not None:
-        state = put_item(state, replace(item, status="completed" if ev.status == "completed" else "incomplete"))
+        # A call whose arguments were done stays completed: the client was told so.
+        finished = ev.status == "completed" or (item.type == "function_call" and item.complete)
+        state = put_item(state, replace(item, status="completed" if finished else "incomplete"))
+    state = end_calls(state, resp, ev.status)
     active = None if state.active_response_id == ev.response_id else state.active_response_id
     idle_since = state.idle_since_sample
     if resp.conversation == "auto" and state.config is not None:

@@ -17,6 +17,7 @@ from duplex_es.events import AudioFormat, AudioSegment, Mark, ResponseDeferred, 
 __all__ = [
     "InputBuffer",
     "Item",
+    "Call",
     "Response",
     "Tick",
     "Lease",
@@ -108,6 +109,11 @@ class Item:
     per sample), ``marks`` the text/audio alignment, ``truncated_ms`` the hard cap set by a
     truncate.
     ``in_conversation`` is false for the items of out-of-band responses.
+
+    ``type`` is the GA item type. A ``function_call`` item (role ``assistant``, content type
+    ``function_call``) holds ``call_id``, ``name`` and ``arguments`` (JSON text, complete once
+    ``complete``); a ``function_call_output`` item (role ``tool``) holds ``call_id`` and
+    ``output``.
     """
 
     id: str
@@ -130,6 +136,11 @@ class Item:
     truncated_ms: Optional[int] = None
     transcript_removed: bool = False
     transcription: Optional[str] = None
+    type: str = "message"
+    call_id: Optional[str] = None
+    name: Optional[str] = None
+    arguments: str = ""
+    output: Optional[str] = None
 
     @property
     def generated_ms(self) -> int:
@@ -148,6 +159,24 @@ class Item:
         """The item's audio length in ms: its audio, cut at the truncation cap if any."""
         own = self.generated_ms if self.role == "assistant" else self.input_samples * 1000 // self.audio_format.rate
         return own if self.truncated_ms is None else min(own, self.truncated_ms)
+
+
+@attrs.frozen(kw_only=True)
+class Call:
+    """A function call of the session, by ``call_id`` (docs/protocol.md, "Function calling").
+
+    ``item_id`` is its ``function_call`` item; ``response_id`` the response whose engine made
+    it (``None``: a client created it). ``status`` is ``in_progress`` while its arguments
+    stream, ``completed`` once they are done, ``cancelled`` when its response ended cancelled or
+    failed, or ended before the arguments were done (its tool must not run).
+    ``output_item_id`` is the ``function_call_output`` item that answered it (at most one).
+    Calls are never forgotten, so a call_id is made and answered once per session.
+    """
+
+    item_id: str
+    response_id: Optional[str] = None
+    status: str = "in_progress"
+    output_item_id: Optional[str] = None
 
 
 @attrs.frozen(kw_only=True)
@@ -278,7 +307,7 @@ class SessionState:
     waiting for the active one to end. ``transcriptions`` maps the request id of each input
     transcription in flight to its user item. ``idle_since_sample`` is where on the input clock
     the idle timeout counts from (the end of the last response's audio), ``None`` while it is
-    not running.
+    not running. ``calls`` are the session's function calls by ``call_id``.
     """
 
     session_id: str = ""
@@ -303,6 +332,7 @@ class SessionState:
     deferred_response: Optional[ResponseDeferred] = None
     transcriptions: dict[str, str] = attrs.Factory(dict)
     idle_since_sample: Optional[int] = None
+    calls: dict[str, Call] = attrs.Factory(dict)
 
     @property
     def active_response(self) -> Optional[Response]:

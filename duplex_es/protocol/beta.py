@@ -143,6 +143,8 @@ def _beta_session(s: dict[str, Any]) -> dict[str, Any]:
 
 
 def _beta_item(item: dict[str, Any]) -> dict[str, Any]:
+    if item.get("type", "message") != "message":
+        return item  # function items have the same shape in both dialects
     content = []
     for c in item.get("content", []):
         kind = {"output_audio": "audio", "output_text": "text"}.get(c.get("type"), c.get("type"))

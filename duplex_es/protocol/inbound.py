@@ -160,6 +160,25 @@ def _tool_problem(tool: Any) -> Optional[tuple[str, str]]:
             return "parameters.properties", f"tool {name!r}: parameters.properties must be an object"
         if "required" in params and not _is_str_list(params["required"]):
             return "parameters.required", f"tool {name!r}: parameters.required must be a list of property names"
+        problem = _schema_problem(params)
+        if problem is not None:
+            where, why = problem
+            return "parameters" + where, f"tool {name!r}: parameters is not a valid JSON Schema at {('parameters' + where)!r}: {why}"
+    return None
+
+
+def _schema_problem(schema: dict) -> Optional[tuple[str, str]]:
+    """Why ``schema`` is not a valid JSON Schema (checked against its dialect's meta-schema by
+    the ``jsonschema`` library; 2020-12 when it names none): ``(path, message)`` with the path
+    as ``.a.b[0]`` inside it, or ``None``."""
+    from jsonschema import exceptions, validators
+
+    cls = validators.validator_for(schema, default=validators.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except exceptions.SchemaError as err:
+        path = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in err.absolute_path)
+        return path[:100], _printable(err.message, 160)
     return None
 
 
@@ -220,7 +239,7 @@ _RESPONSE_SETTINGS = frozenset(
     {"metadata", "tools", "tool_choice", "max_output_tokens", "prompt", "temperature", "reasoning", "parallel_tool_calls"}
 )
 #: Per-response settings accepted and echoed that nothing applies (recorded on the response).
-_RESPONSE_NOT_APPLIED = ("prompt", "reasoning", "parallel_tool_calls")
+_RESPONSE_NOT_APPLIED = ("prompt", "reasoning")
 _COMMON = {"type", "event_id", "expected_epoch"}
 
 
@@ -746,7 +765,10 @@ def _message(p: _P, item: dict, path: str) -> tuple[str, tuple[ContentPart, ...]
     kind = item.get("type", "message")
     if kind != "message":
         raise _Bad(
-            Code.INVALID_ITEM, f"item type {str(kind)[:32]!r} is not supported; only 'message' (and 'item_reference' in response.input)", f"{path}.type"
+            Code.INVALID_ITEM,
+            f"item type {str(kind)[:32]!r} is not supported here; use 'message', 'function_call' or 'function_call_output'"
+            + (" (and 'item_reference' in response.input)" if path != "item" else ""),
+            f"{path}.type",
         )
     role = p.str("role", item, path, required=True)
     content = item.get("content")
@@ -769,11 +791,48 @@ def _message(p: _P, item: dict, path: str) -> tuple[str, tuple[ContentPart, ...]
     return role, tuple(parts), audio_bytes, item_id  # type: ignore[return-value]
 
 
+#: Most characters of a ``function_call_output``'s ``output`` or a ``function_call``'s
+#: ``arguments`` (text a tool returned, kept in the log and handed to the engine every tick).
+MAX_FUNCTION_TEXT_CHARS = 100_000
+
+
+def _function_item(p: _P, item: dict, previous: Optional[str]) -> Command:
+    """A ``function_call_output`` (or ``function_call``) item of ``conversation.item.create``
+    (GA ``RealtimeConversationItemFunctionCallOutput`` / ``...FunctionCall``)."""
+    kind = item["type"]
+    fields = {"call_id", "output"} if kind == "function_call_output" else {"call_id", "name", "arguments"}
+    p.keys({"id", "type", "object", "status"} | fields, item, "item")
+    call_id = p.str("call_id", item, "item", required=True)
+    if not 0 < len(call_id) <= 128:  # type: ignore[arg-type]
+        raise _Bad(Code.INVALID_EVENT, f"item.call_id must be 1-128 characters; got {len(call_id)}", "item.call_id")  # type: ignore[arg-type]
+    text_field = "output" if kind == "function_call_output" else "arguments"
+    # A tool that returned nothing: pipecat then leaves ``output`` out; it is the empty text.
+    text = p.str(text_field, item, "item", required=kind == "function_call") or ""
+    if len(text) > MAX_FUNCTION_TEXT_CHARS:  # type: ignore[arg-type]
+        raise _Bad(
+            Code.FUNCTION_TEXT_TOO_LONG,
+            f"item.{text_field} of call {call_id[:64]!r} holds {len(text)} characters; at most {MAX_FUNCTION_TEXT_CHARS}",  # type: ignore[arg-type,index]
+            f"item.{text_field}",
+        )
+    item_id = p.str("id", item, "item")
+    if item_id is not None and not 0 < len(item_id) <= 128:
+        raise _Bad(Code.INVALID_EVENT, "item.id must be 1-128 characters", "item.id")
+    common = dict(**p.common(), item_id=item_id or p.new_id("item"), previous_item_id=previous, call_id=call_id, type=kind)
+    if kind == "function_call_output":
+        return CreateItem(**common, role="tool", output=text)  # type: ignore[arg-type]
+    name = p.str("name", item, "item", required=True)
+    if not 0 < len(name) <= 64 or not set(name) <= _NAME_CHARS:  # type: ignore[arg-type]
+        raise _Bad(Code.INVALID_EVENT, f"item.name must be a function name of 1-64 letters, digits, '_' or '-'; got {shown(name)}", "item.name")
+    return CreateItem(**common, role="assistant", name=name, arguments=text)  # type: ignore[arg-type]
+
+
 def _item_create(p: _P) -> Command:
     p.keys({"item", "previous_item_id"})
     item = p.obj("item")
     if item is None:
         raise _Bad(Code.INVALID_EVENT, "missing required parameter 'item'", "item")
+    if item.get("type") in ("function_call_output", "function_call"):
+        return _function_item(p, item, p.str("previous_item_id"))
     role, parts, audio_bytes, item_id = _message(p, item, "item")
     previous = p.str("previous_item_id")
     return CreateItem(

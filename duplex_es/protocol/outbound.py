@@ -246,7 +246,23 @@ def session_json(session_id: str, cfg: SessionConfig) -> dict[str, Any]:
 
 def item_json(item: Item, audio: Optional[bytes] = None, *, opening: bool = False) -> dict[str, Any]:
     """The GA ``realtime.item`` for an item; audio bytes only when given (``retrieve``); no
-    content at all while it is being opened (``output_item.added``)."""
+    content at all while it is being opened (``output_item.added``). Function items have no
+    role or content: a ``function_call`` shows its ``call_id``, ``name`` and ``arguments``
+    (``""`` while it is being opened), a ``function_call_output`` its ``call_id`` and
+    ``output``."""
+    if item.type == "function_call":
+        status, arguments = ("in_progress", "") if opening else (item.status, item.arguments)
+        return {
+            "id": item.id,
+            "object": "realtime.item",
+            "type": "function_call",
+            "status": status,
+            "call_id": item.call_id,
+            "name": item.name,
+            "arguments": arguments,
+        }
+    if item.type == "function_call_output":
+        return {"id": item.id, "object": "realtime.item", "type": "function_call_output", "status": item.status, "call_id": item.call_id, "output": item.output}
     content: list[dict[str, Any]] = []
     if opening:
         pass
@@ -328,20 +344,51 @@ def _ids(resp: Response, item: Item) -> dict[str, Any]:
 
 
 def _opening(state: SessionState, resp: Response, item: Item) -> list[dict[str, Any]]:
-    """An output item appears: added to the response (and to the conversation), still empty."""
+    """An output item appears: added to the response (and to the conversation), still empty
+    (a message's content part follows; a function call has none)."""
     ij = item_json(item, opening=True)
-    part = {"type": "audio", "transcript": ""} if item.content_type == "output_audio" else {"type": "text", "text": ""}
     out = [{"type": "response.output_item.added", "response_id": resp.id, "output_index": item.output_index, "item": ij}]
     if item.in_conversation:
         out.append({"type": "conversation.item.added", "item": ij, "previous_item_id": state.previous_of(item.id)})
-    out.append({"type": "response.content_part.added", **_ids(resp, item), "part": part})
+    if item.type == "message":
+        part = {"type": "audio", "transcript": ""} if item.content_type == "output_audio" else {"type": "text", "text": ""}
+        out.append({"type": "response.content_part.added", **_ids(resp, item), "part": part})
     return out
+
+
+def _item_done(state: SessionState, resp: Response, item: Item) -> list[dict[str, Any]]:
+    ij = item_json(item)
+    out = [{"type": "response.output_item.done", "response_id": resp.id, "output_index": item.output_index, "item": ij}]
+    if item.in_conversation:
+        out.append({"type": "conversation.item.done", "item": ij, "previous_item_id": state.previous_of(item.id)})
+    return out
+
+
+def _call_closing(state: SessionState, resp: Response, item: Item) -> list[dict[str, Any]]:
+    """A function call ends. Done: its complete arguments, then the item, completed (clients
+    run the tool from here). Cut short (its response was cancelled): only the item,
+    ``incomplete`` — no ``function_call_arguments.done``, which some clients run the tool on
+    (docs/protocol.md, "Function calling")."""
+    if not item.complete:
+        return _item_done(state, resp, item)
+    done = {
+        "type": "response.function_call_arguments.done",
+        "response_id": resp.id,
+        "item_id": item.id,
+        "output_index": item.output_index,
+        "call_id": item.call_id,
+        "name": item.name,
+        "arguments": item.arguments,
+    }
+    return [done] + _item_done(state, resp, item)
 
 
 def _closing(state: SessionState, resp: Response, item: Item) -> list[dict[str, Any]]:
     """An output item ends: every ``.done`` of it, in order. The transcript / text ``.done``
     events carry everything generated (the deltas, joined); the item objects carry what the
     conversation history keeps of it (the heard prefix once the client acks playback)."""
+    if item.type == "function_call":
+        return _call_closing(state, resp, item)
     if item.content_type == "output_audio":
         out = [
             {"type": "response.output_audio.done", **_ids(resp, item)},
@@ -351,14 +398,8 @@ def _closing(state: SessionState, resp: Response, item: Item) -> list[dict[str, 
     else:
         out = [{"type": "response.output_text.done", **_ids(resp, item), "text": item.full_text}]
         part = {"type": "text", "text": item.full_text}
-    ij = item_json(item)
-    out += [
-        {"type": "response.content_part.done", **_ids(resp, item), "part": part},
-        {"type": "response.output_item.done", "response_id": resp.id, "output_index": item.output_index, "item": ij},
-    ]
-    if item.in_conversation:
-        out.append({"type": "conversation.item.done", "item": ij, "previous_item_id": state.previous_of(item.id)})
-    return out
+    out.append({"type": "response.content_part.done", **_ids(resp, item), "part": part})
+    return out + _item_done(state, resp, item)
 
 
 # ---------------------------------------------------------------------------------- projection
@@ -517,10 +558,10 @@ def project_item_truncated(ev: ItemTruncated, ctx: Ctx) -> list[dict[str, Any]]:
 
 
 def project_response_created(ev: ResponseCreated, ctx: Ctx) -> list[dict[str, Any]]:
+    """``response.created`` only: its first item is shown with its first output (a message or
+    a function call: the engine decides), or with ``response.done`` if none came."""
     resp = ctx.after.responses[ev.response_id]
-    return [{"type": "response.created", "response": _response_json(ctx.after, resp)}] + _opening(
-        ctx.after, resp, ctx.after.items[ev.item_id]
-    )
+    return [{"type": "response.created", "response": _response_json(ctx.after, resp)}]
 
 
 def project_tick_output(ev: TickOutput, ctx: Ctx) -> list[dict[str, Any]]:
@@ -546,9 +587,21 @@ def project_tick_output(ev: TickOutput, ctx: Ctx) -> list[dict[str, Any]]:
             }
         )
     item = after.items[resp.item_id]
+    if ctx.before.responses[ev.response_id].next_chunk == 0:
+        out += _opening(after, resp, after.items[resp.item_ids[0]])  # the first output shows the first item
     if ev.new_item_id is not None:
         previous = after.items[resp.item_ids[-2]]
-        out += _closing(after, resp, previous) + _opening(after, resp, item)
+        if previous.type != "function_call":  # a call was closed when it was done
+            out += _closing(after, resp, previous)
+        out += _opening(after, resp, item)
+    fc = ev.function_call
+    if fc is not None:
+        ids = {"response_id": resp.id, "item_id": item.id, "output_index": item.output_index, "call_id": fc.call_id}
+        if fc.arguments_delta:
+            out.append({"type": "response.function_call_arguments.delta", **ids, "delta": fc.arguments_delta})
+        if fc.done:
+            out += _call_closing(after, resp, item)
+        return out
     audio_mode = item.content_type == "output_audio"
     if audio_mode and ev.audio:
         raw = base64.b64decode(ev.audio)
@@ -581,7 +634,10 @@ def project_response_done(ev: ResponseDone, ctx: Ctx) -> list[dict[str, Any]]:
         error = {"type": "session_ended", "code": ev.error_code, "message": ev.error_message}
     item = after.items.get(resp.item_id)
     if item is not None:
-        out += _closing(after, resp, item)
+        if resp_before.next_chunk == 0:
+            out += _opening(after, resp, item)  # nothing was output: the empty item is shown now
+        if not (item.type == "function_call" and item.complete):  # a done call is closed already
+            out += _closing(after, resp, item)
     out.append({"type": "response.done", "response": _response_json(after, resp, error=error)})
     return out
 

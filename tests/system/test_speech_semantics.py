@@ -139,9 +139,12 @@ def test_cancel_before_audio_then_truncate_to_zero_and_delete(backend: str, tmp_
         c = WsClient(port)
         c.say("hello")
         c.send({"type": "response.create"})
-        item_id = c.recv("response.output_item.added")["item"]["id"]
+        c.recv("response.created")
         c.send({"type": "response.cancel"})
-        assert c.recv("response.done")["response"]["status"] == "cancelled"
+        # No output came, so the (empty) item is shown only now, added and done with the response.
+        item_id = c.recv("response.output_item.added")["item"]["id"]
+        done = c.recv("response.done")["response"]
+        assert done["status"] == "cancelled" and [o["id"] for o in done["output"]] == [item_id]
         for _ in range(2):  # idempotent
             c.send({"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0, "audio_end_ms": 0})
             assert c.recv("conversation.item.truncated")["audio_end_ms"] == 0
