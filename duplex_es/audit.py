@@ -16,7 +16,9 @@ recompute what must hold, so a reducer bug cannot hide itself.
 * **the kind's own checks** — each session kind audits its ticks (``SessionKind.audit``): for
   speech :mod:`duplex_es.domain.speech_audit` (every model step applied exactly the accepted
   events it names, once, in order; outputs echo their ticks; one ``response.done`` per
-  response; transcriptions answered once), for world sessions
+  response; transcriptions answered once; every function call made once, and every
+  ``function_call_output`` answering one earlier call of the session, no call twice), for
+  world sessions
   :mod:`duplex_es.domain.world_audit` (every accepted interaction applied by exactly one
   committed tick of its epoch, in id order, or discarded by name);
 * **snapshots** — every stored snapshot of this reducer version whose digest holds equals the

@@ -116,8 +116,33 @@ def _not_applied(names: tuple[str, ...]) -> str:
     return f" not applied: {', '.join(names)}" if names else ""
 
 
-def summarize(ev: Event) -> str:
-    """The key fields of an event, in one line."""
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, with ``...`` when something was cut."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _call_chunk(ev: TickOutput, arguments: Optional[str]) -> str:
+    c = ev.function_call
+    assert c is not None
+    shown = f" function_call {c.name} {c.call_id} args+={_clip(c.arguments_delta, 40)!r}"
+    if c.done:
+        shown += f" done: {c.name}({_clip(c.arguments_delta if arguments is None else arguments, 80)})"
+    return shown
+
+
+def _function_item(ev: ItemCreated) -> str:
+    if ev.type == "function_call":
+        return f"function_call {ev.call_id}: {ev.name}({_clip(ev.arguments or '', 80)})"
+    return f"function_call_output {ev.call_id}: {_clip(ev.output or '', 60)!r}"
+
+
+def summarize(ev: Event, *, call_arguments: Optional[str] = None) -> str:
+    """The key fields of an event, in one line (long texts clipped).
+
+    ``call_arguments``: for a ``tick.output`` whose function-call chunk is ``done``, the call's
+    whole arguments (its accepted chunks' deltas so far and this one's, as :func:`replay` folds
+    them), shown as the completed call; ``None`` shows this chunk's delta only.
+    """
     cid = f" [{ev.client_event_id}]" if getattr(ev, "client_event_id", None) else ""
     if isinstance(ev, SessionOpened):
         td = ev.config.turn_detection
@@ -158,8 +183,9 @@ def summarize(ev: Event) -> str:
         return f"request={ev.request_id} epoch={ev.epoch} chunk={ev.chunk_index} applied={list(ev.applied_event_ids)}"
     if isinstance(ev, TickOutput):
         nbytes = len(ev.audio) * 3 // 4
+        what = _call_chunk(ev, call_arguments) if ev.function_call is not None else f" audio={nbytes} bytes text={ev.text_delta[:30]!r}"
         return (
-            f"request={ev.request_id} chunk={ev.chunk_index} audio={nbytes} bytes text={ev.text_delta[:30]!r}"
+            f"request={ev.request_id} chunk={ev.chunk_index}{what}"
             + (f" new_item={ev.new_item_id}" if ev.new_item_id else "")
             + (" final" if ev.final else "")
             + (f" incomplete={ev.incomplete_reason}" if ev.incomplete_reason else "")
@@ -185,6 +211,8 @@ def summarize(ev: Event) -> str:
     if isinstance(ev, SpeechStopped):
         return f"item={ev.item_id} audio_end_ms={ev.audio_end_ms}"
     if isinstance(ev, ItemCreated):
+        if ev.type != "message":
+            return f"item={ev.item_id} {_function_item(ev)} after={ev.previous_item_id}{cid}"
         return f"item={ev.item_id} role={ev.role} after={ev.previous_item_id} parts={[p.type for p in ev.content]}{cid}"
     if isinstance(ev, (ItemDeleted, ItemRetrieved)):
         return f"item={ev.item_id}{cid}"
@@ -251,12 +279,21 @@ def replay(log: EventLog, session_id: str, *, at: Optional[int] = None) -> Repla
         raise KeyError(session_id)
     state: Any = new_state()
     rows = []
+    arguments: dict[str, str] = {}  # call_id -> the arguments its accepted chunks streamed so far
     for r in records:
         if at is not None and r.seq > at:
             break
-        verdict = verdict_of(state, r.event)
-        state = evolve(state, r.seq, r.event)
-        rows.append(TimelineRow(r.seq, r.position, r.recorded_at_us, r.event.TYPE, verdict, summarize(r.event)))
+        ev = r.event
+        verdict = verdict_of(state, ev)
+        state = evolve(state, r.seq, ev)
+        whole = None
+        if isinstance(ev, TickOutput) and ev.function_call is not None:
+            whole = arguments.get(ev.function_call.call_id, "") + ev.function_call.arguments_delta
+            if verdict == "accepted" and ev.function_call.done:
+                arguments.pop(ev.function_call.call_id, None)  # complete: nothing more may extend it
+            elif verdict == "accepted":
+                arguments[ev.function_call.call_id] = whole
+        rows.append(TimelineRow(r.seq, r.position, r.recorded_at_us, ev.TYPE, verdict, summarize(ev, call_arguments=whole)))
     return Replay(session_id, state, tuple(rows), records[-1].seq)
 
 

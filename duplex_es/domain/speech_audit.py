@@ -15,12 +15,23 @@ only for verdicts and for what a transcription names.
   follows it;
 * **transcriptions** — each input transcription names a user item of the session, is answered
   at most once by an output echoing its request and item, and a closed session leaves none
-  unanswered and uncancelled.
+  unanswered and uncancelled;
+* **tool_calls** — every function call is made once: by the accepted output whose
+  ``function_call`` chunk first names its ``call_id``, or by a client-created ``function_call``
+  item, and no ``call_id`` is made twice; a call's later chunks come from its own response, name
+  its function and stop at its ``done`` chunk; a call completed with arguments that are not a
+  JSON object fails its response; every ``function_call_output`` item answers a call of this
+  session made earlier in the log whose arguments were complete, and no call is answered twice;
+* **fold** — an event the reducer cannot fold at all (a forged one) is reported, and the audit
+  goes on with the state before it.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import json
+from typing import Optional, Sequence
+
+import attrs
 
 from duplex_es.domain.kind import Evolve, TickAudit, Violation
 from duplex_es.domain.responses import classify_output
@@ -29,6 +40,7 @@ from duplex_es.events import (
     MODEL_FEEDING,
     EpochAdvanced,
     Event,
+    ItemCreated,
     ResponseCreated,
     ResponseDone,
     SessionClosed,
@@ -60,6 +72,7 @@ def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: E
     transcriptions: dict[str, tuple[int, str]] = {}  # request_id -> (seq, item_id)
     transcribed: dict[str, int] = {}  # request_id -> seq of its output
     closed = False
+    calls = _ToolCalls()
     state = SessionState()
     for seq, ev in events:
         relevant = getattr(ev, "model_relevant", True) and getattr(ev, "in_conversation", True)
@@ -97,6 +110,8 @@ def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: E
             verdict = classify_output(state, ev)
             if isinstance(ev, TickOutput) and verdict.accepted:
                 committed.add(ev.request_id)
+                if ev.function_call is not None:
+                    bad.extend(calls.chunk(seq, ev))
                 if ev.response_id in done:
                     bad.append(Violation("responses", seq, f"accepted output after response.done of {ev.response_id}"))
         elif isinstance(ev, EpochAdvanced):
@@ -119,6 +134,7 @@ def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: E
             if ev.response_id in done:
                 bad.append(Violation("responses", seq, f"second response.done for {ev.response_id}"))
             done[ev.response_id] = seq
+            calls.ended[ev.response_id] = ev.status
         elif isinstance(ev, TranscriptionRequested):
             if ev.request_id in transcriptions or ev.request_id in ticks:
                 bad.append(Violation("transcriptions", seq, f"request_id {ev.request_id} issued twice"))
@@ -134,9 +150,14 @@ def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: E
             if ev.request_id in transcribed:
                 bad.append(Violation("transcriptions", seq, f"request {ev.request_id} answered twice (first at seq {transcribed[ev.request_id]})"))
             transcribed[ev.request_id] = seq
+        elif isinstance(ev, ItemCreated):  # logged only when accepted (refusals are command.rejected)
+            bad.extend(calls.item(seq, ev))
         elif isinstance(ev, SessionClosed):
             closed = True
-        state = evolve(state, seq, ev)
+        try:
+            state = evolve(state, seq, ev)
+        except Exception as exc:  # a forged event the reducer cannot take: report it, audit on
+            bad.append(Violation("fold", seq, f"the reducer cannot fold this {ev.TYPE} ({type(exc).__name__}: {exc})"))
 
     for rid, (seq, t) in ticks.items():
         if t.applied_event_ids and rid not in committed and rid not in cancelled and closed:
@@ -152,6 +173,7 @@ def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: E
     for rid, (seq, item_id) in transcriptions.items():
         if closed and rid not in transcribed and rid not in cancelled:
             bad.append(Violation("transcriptions", seq, f"transcription {rid} of {item_id} neither answered nor cancelled in a closed session"))
+    bad.extend(calls.finish())
 
     return TickAudit(
         violations=tuple(bad),
@@ -164,3 +186,89 @@ def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: E
     )
 
 
+
+
+@attrs.define
+class _Call:
+    """One function call as the events made it: where (``seq``), by which response (``None``:
+    a client-created item), its arguments so far, and the seqs that completed and answered it."""
+
+    seq: int
+    name: str
+    response_id: Optional[str]
+    arguments: str = ""
+    done_seq: Optional[int] = None
+    answered_seq: Optional[int] = None
+
+
+def _maker(call: _Call) -> str:
+    how = f"response {call.response_id}" if call.response_id is not None else "a client function_call item"
+    return f"{how} at seq {call.seq}"
+
+
+@attrs.define
+class _ToolCalls:
+    """The tool-call rules, recomputed from the events alone (not from the reducer's items)."""
+
+    calls: dict[str, _Call] = attrs.Factory(dict)
+    ended: dict[str, str] = attrs.Factory(dict)  # response_id -> status of its response.done
+    bad_arguments: list[tuple[int, str, str]] = attrs.Factory(list)  # (seq of done, call_id, response_id)
+
+    def chunk(self, seq: int, ev: TickOutput) -> list[Violation]:
+        """An accepted output's ``function_call`` chunk: it opens a new call or extends its own."""
+        c = ev.function_call
+        assert c is not None
+        call = self.calls.get(c.call_id)
+        if call is None:
+            call = self.calls[c.call_id] = _Call(seq, c.name, ev.response_id)
+        elif call.response_id != ev.response_id:
+            return [Violation("tool_calls", seq, f"call {c.call_id} made twice: by {_maker(call)} and by response {ev.response_id}")]
+        elif call.done_seq is not None:
+            return [Violation("tool_calls", seq, f"call {c.call_id} extended after its done chunk at seq {call.done_seq}")]
+        elif c.name != call.name:
+            return [Violation("tool_calls", seq, f"chunk of call {c.call_id} names {c.name!r}, the call (seq {call.seq}) is {call.name!r}")]
+        call.arguments += c.arguments_delta
+        if c.done:
+            call.done_seq = seq
+            if not _is_json_object(call.arguments):
+                self.bad_arguments.append((seq, c.call_id, ev.response_id))
+        return []
+
+    def item(self, seq: int, ev: ItemCreated) -> list[Violation]:
+        """A client-created item: a ``function_call`` makes a call, a ``function_call_output``
+        answers one."""
+        if ev.type not in ("function_call", "function_call_output"):
+            return []
+        if not ev.call_id:
+            return [Violation("tool_calls", seq, f"{ev.type} item {ev.item_id} names no call_id")]
+        call = self.calls.get(ev.call_id)
+        if ev.type == "function_call":
+            if call is not None:
+                return [Violation("tool_calls", seq, f"call {ev.call_id} made twice: by {_maker(call)} and by item {ev.item_id}")]
+            self.calls[ev.call_id] = _Call(seq, ev.name or "", None, ev.arguments or "", done_seq=seq)
+            return []
+        if call is None:
+            return [Violation("tool_calls", seq, f"output item {ev.item_id} answers call {ev.call_id}, which no call of this session made before it (a call of another session, or none)")]
+        if call.answered_seq is not None:
+            return [Violation("tool_calls", seq, f"call {ev.call_id} answered twice: at seq {call.answered_seq} and at seq {seq}")]
+        call.answered_seq = seq
+        if call.done_seq is None:
+            cut = f"its response {call.response_id} ended {self.ended[call.response_id]}" if call.response_id in self.ended else "they were still streaming"
+            return [Violation("tool_calls", seq, f"output item {ev.item_id} answers call {ev.call_id}, whose arguments never completed ({cut})")]
+        return []
+
+    def finish(self) -> list[Violation]:
+        """What only the whole log shows: a call completed with arguments that are not a JSON
+        object must have failed its response."""
+        return [
+            Violation("tool_calls", seq, f"call {cid} completed with arguments that are not a JSON object, yet response {rid} ended {self.ended[rid]}")
+            for seq, cid, rid in self.bad_arguments
+            if rid in self.ended and self.ended[rid] != "failed"
+        ]
+
+
+def _is_json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
+        return False
