@@ -13,7 +13,7 @@ import pytest
 from duplex_es.domain import CancelResponse, evolve
 from duplex_es.domain.responses import classify_output
 from duplex_es.domain.speech_audit import audit_speech
-from duplex_es.events import ItemCreated, ItemTruncated
+from duplex_es.events import ResponseDone, ItemCreated, ItemTruncated
 from harness import Harness
 from tool_call_logs import answer, call_turn, chunk, ended, restored_call, with_weather_tool
 
@@ -144,16 +144,14 @@ def test_a_chunk_naming_another_function_is_a_violation():
 
 
 @pytest.mark.parametrize("deltas", [('{"city": ', '"Lisbon"'), ("[1, 2]",)], ids=["unparsable", "not-an-object"])
-def test_a_call_done_with_arguments_that_are_not_a_json_object_must_fail_its_response(deltas):
-    """At ``done`` the arguments must parse as a JSON object, else the response fails: a log
-    where it completed anyway is a violation; one where it failed is not."""
-    for status in ("completed", "failed"):
-        h = with_weather_tool()
-        rid = call_turn(h, "call_1", deltas, end=False)
-        done_at = len(h.log)
-        ended(h, rid, status)
-        want = [] if status == "failed" else [(done_at, f"call call_1 completed with arguments that are not a JSON object, yet response {rid} ended completed")]
-        assert violations(h) == want, status
+def test_a_call_done_with_arguments_that_are_not_a_json_object_fails_its_response_and_the_log_audits_clean(deltas):
+    """The session refuses the done chunk (``invalid_engine_function_call``), so the client never
+    gets a call it cannot parse, and no call counts as made: nothing for an output to answer."""
+    h = with_weather_tool()
+    call_turn(h, "call_1", deltas)
+    done = [e for _, e in h.log if isinstance(e, ResponseDone)][-1]
+    assert (done.status, done.error_code) == ("failed", "invalid_engine_function_call")
+    assert everything(h) == []
 
 
 def test_a_forged_event_the_reducer_cannot_fold_is_reported_not_a_crash():
