@@ -1,11 +1,15 @@
-"""The reference speech engine: a deterministic cascade echo agent on the CPU.
+"""The reference speech engine: a deterministic cascade agent on the CPU that echoes and uses tools.
 
-Per response: pocketsphinx transcribes the user item's audio, the reply echoes what was heard
-and typed — one output item per sentence ("You said: ...") — espeak-ng speaks each item with word
-marks, and the audio is streamed one chunk of ``chunk_ms`` per tick in the response's output
-format (PCM16 at 24 or 16 kHz, G.711 mu-law or a-law at 8 kHz). The plan of a response is a pure
-function of its tick inputs and is cached per worker, so tick ``k`` on any worker produces the
-same bytes — a worker that takes over a tick after a crash continues the same audio.
+Per response: pocketsphinx transcribes the user item's audio; when the user's words name a
+declared function tool the agent calls it (or asks for what it lacks), when the history ends with
+the tools' outputs it says them, else the reply echoes what was heard and typed — the rule is
+:mod:`duplex_es.worker.speech.tools`. Each spoken item is one sentence ("You said: ..."),
+espeak-ng speaks it with word marks, and its audio is streamed one chunk of ``chunk_ms`` per
+tick in the response's output format (PCM16 at 24 or 16 kHz, G.711 mu-law or a-law at 8 kHz); a
+call's arguments are streamed :data:`ARGUMENT_CHARS_PER_TICK` characters per tick, so a barge-in
+can land mid-call. The plan of a response is a pure function of its tick inputs and is cached
+per worker, so tick ``k`` on any worker produces the same bytes and the same call ids — a worker
+that takes over a tick after a crash continues the same audio or call.
 """
 
 from __future__ import annotations
@@ -18,20 +22,25 @@ import numpy as np
 
 from duplex_es.audio import decode_to_pcm16, encode_from_pcm16
 from duplex_es.audio.pcm import bytes_per_sample
-from duplex_es.events import InputTranscript, Mark, SpeechInputs, TokenUsage
+from duplex_es.events import FunctionCallChunk, InputTranscript, Mark, SpeechInputs, TokenUsage
 from duplex_es.worker.engine import EngineError, EngineOutput, TickContext, TranscriptionContext, TranscriptionOutput
+from duplex_es.worker.speech.tools import answered_outputs, argument_tokens, decide, output_sentence
 from duplex_es.worker.speech.tts import ESPEAK_VOICES
 
 __all__ = [
     "CascadeSpeechEngine",
     "PocketsphinxTranscriber",
     "ItemPlan",
+    "CallPlan",
+    "call_id_of",
     "SpeechPlan",
     "reply_items",
     "reply_text",
     "limit_tokens",
     "MAX_REPLY_CHARS",
     "MAX_REPLY_ITEMS",
+    "ARGUMENT_CHARS_PER_TICK",
+    "bounded",
 ]
 
 log = logging.getLogger(__name__)
@@ -47,6 +56,9 @@ MAX_REPLY_CHARS = 1000
 #: The most output items (sentences) one reply has.
 MAX_REPLY_ITEMS = 4
 
+#: Characters of a function call's arguments streamed per tick.
+ARGUMENT_CHARS_PER_TICK = 24
+
 _SENTENCE = re.compile(r"[^.!?]+[.!?]*")
 
 
@@ -58,10 +70,17 @@ def reply_items(transcript: str, typed: str) -> tuple[list[str], bool]:
         sentences.append(transcript.strip())
     if not sentences:
         return ["I did not catch that. Could you say it again?"], False
+    return bounded([f"You said: {s.rstrip('.!?')}." for s in sentences])
+
+
+def bounded(sentences: list[str]) -> tuple[list[str], bool]:
+    """``sentences`` (one output item each) cut to :data:`MAX_REPLY_ITEMS` items and
+    :data:`MAX_REPLY_CHARS` characters, and whether anything was cut (a sentence cut short
+    ends with ``...``)."""
     cut = len(sentences) > MAX_REPLY_ITEMS
-    items, total = [], 0
-    for s in sentences[:MAX_REPLY_ITEMS]:
-        text = f"You said: {s.rstrip('.!?')}."
+    items: list[str] = []
+    total = 0
+    for text in sentences[:MAX_REPLY_ITEMS]:
         room = MAX_REPLY_CHARS - total
         if len(text) > room:
             text = text[: max(room - 3, 0)].rsplit(" ", 1)[0] + "..."
@@ -126,20 +145,39 @@ class ItemPlan:
 
 
 @attrs.frozen
+class CallPlan:
+    """One ``function_call`` output item: the call's id, the function and its arguments (JSON
+    object text), streamed :data:`ARGUMENT_CHARS_PER_TICK` characters per chunk."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+def call_id_of(response_id: str, index: int) -> str:
+    """The id of a response's ``index``-th call (0-based): ``call_<response id without its
+    resp_ prefix>_<index>`` — a function of the tick, so every worker and replay names a call
+    the same, and unique in the session because response ids are."""
+    return f"call_{response_id.removeprefix('resp_')}_{index}"
+
+
+@attrs.frozen
 class SpeechPlan:
-    """Everything a response will say, and how it is cut into ticks: ``chunks[k]`` is
-    ``(item index, chunk index within the item)``."""
+    """Everything a response will say and call, and how it is cut into ticks: ``chunks[k]`` is
+    ``(item index, chunk index within the item)``. ``transcribed``: the user item's audio was
+    transcribed (``transcript``), which the first chunk reports."""
 
     transcript: str
-    items: tuple[ItemPlan, ...]
+    items: tuple[ItemPlan | CallPlan, ...]
     cut: bool
     chunks: tuple[tuple[int, int], ...]
     input_audio_ms: int = 0
     cut_reason: str = "max_output_tokens"
+    transcribed: bool = False
 
 
 class CascadeSpeechEngine:
-    """ASR (pocketsphinx) → echo reply → TTS (espeak-ng), streamed in chunks.
+    """ASR (pocketsphinx) → tool calls or a reply → TTS (espeak-ng), streamed in chunks.
 
     Args:
         chunk_ms: audio per tick, in ms.
@@ -180,18 +218,31 @@ class CascadeSpeechEngine:
         inputs: SpeechInputs = ctx.tick.inputs
         transcript = ""
         input_ms = 0
-        if inputs.user_audio:
-            raw = ctx.read_audio(inputs.user_audio)
-            pcm = decode_to_pcm16(raw, inputs.input_format.type)
-            input_ms = len(pcm) * 1000 // inputs.input_format.rate
-            transcript = self._asr.transcribe(pcm.tobytes(), inputs.input_format.rate)
-        texts, cut = reply_items(transcript, inputs.user_text)
+        calls: list[CallPlan] = []
+        outputs = answered_outputs(inputs.history)
+        transcribed = bool(inputs.user_audio) and not outputs
+        if outputs:
+            # The tools have answered: say what they returned (the user's words were read by
+            # the response that made the calls, so the audio is not transcribed again).
+            texts, cut = bounded([output_sentence(name, output) for name, output in outputs])
+        else:
+            if transcribed:
+                raw = ctx.read_audio(inputs.user_audio)
+                pcm = decode_to_pcm16(raw, inputs.input_format.type)
+                input_ms = len(pcm) * 1000 // inputs.input_format.rate
+                transcript = self._asr.transcribe(pcm.tobytes(), inputs.input_format.rate)
+            tools = decide(transcript, inputs.user_text, inputs.tools, inputs.tool_choice, inputs.parallel_tool_calls)
+            if tools is None:
+                texts, cut = reply_items(transcript, inputs.user_text)
+            else:
+                calls = [CallPlan(call_id_of(ctx.tick.response_id, n), c.name, c.arguments) for n, c in enumerate(tools.calls)]
+                texts, cut = bounded(list(tools.questions))
         texts, cut_tokens = limit_tokens(texts, inputs.max_output_tokens)
         cut = cut or cut_tokens
-        if not texts:
+        if not texts and not calls:
             texts = [""]
         fmt = inputs.output_format
-        items = []
+        items: list[ItemPlan | CallPlan] = list(calls)
         for text in texts:
             if "audio" in inputs.output_modalities:
                 if inputs.voice not in ESPEAK_VOICES:
@@ -206,13 +257,15 @@ class CascadeSpeechEngine:
                 items.append(ItemPlan(text, b"", (), 0))
         chunks = []
         for i, item in enumerate(items):
-            if item.audio:
+            if isinstance(item, CallPlan):
+                n = max(1, -(-len(item.arguments) // ARGUMENT_CHARS_PER_TICK))
+            elif item.audio:
                 n = max(1, -(-item.duration_ms // self.chunk_ms))
             else:
                 n = max(1, -(-len(item.text.split(" ")) // TEXT_WORDS_PER_CHUNK))
             chunks += [(i, j) for j in range(n)]
-        log.info("planned %s/%s: heard %r, replying %r", ctx.session_id, ctx.tick.response_id, transcript, texts)
-        return SpeechPlan(transcript, tuple(items), cut, tuple(chunks), input_ms)
+        log.info("planned %s/%s: heard %r, calling %r, replying %r", ctx.session_id, ctx.tick.response_id, transcript, [(c.name, c.arguments) for c in calls], texts)
+        return SpeechPlan(transcript, tuple(items), cut, tuple(chunks), input_ms, transcribed=transcribed)
 
     def step(self, ctx: TickContext) -> EngineOutput:
         """Produce chunk ``ctx.tick.chunk_index`` of the response."""
@@ -226,7 +279,7 @@ class CascadeSpeechEngine:
         last_of_item = k + 1 == len(plan.chunks) or plan.chunks[k + 1][0] != i
         heard: tuple[InputTranscript, ...] = ()
         reply_to = ctx.tick.inputs.reply_to_item_id
-        if k == 0 and reply_to is not None and ctx.tick.inputs.user_audio:
+        if k == 0 and reply_to is not None and plan.transcribed:
             heard = (InputTranscript(item_id=reply_to, transcript=plan.transcript),)
         inputs = ctx.tick.inputs
         common = dict(
@@ -238,9 +291,15 @@ class CascadeSpeechEngine:
             not_applied=_ignored(inputs) if k == 0 else (),
         )
         read = TokenUsage(
-            input_text_tokens=tokens_of(inputs.user_text) + sum(tokens_of(h.text) for h in inputs.history if h.item_id != inputs.reply_to_item_id),
+            input_text_tokens=tokens_of(inputs.user_text) + sum(_history_tokens(h) for h in inputs.history if h.item_id != inputs.reply_to_item_id),
             input_audio_tokens=plan.input_audio_ms * INPUT_AUDIO_TOKENS_PER_S // 1000,
         ) if k == 0 else TokenUsage()
+        if isinstance(item, CallPlan):
+            # A call has no audio or text; its arguments are counted once, when complete.
+            delta = item.arguments[j * ARGUMENT_CHARS_PER_TICK : (j + 1) * ARGUMENT_CHARS_PER_TICK]
+            chunk = FunctionCallChunk(call_id=item.call_id, name=item.name, arguments_delta=delta, done=last_of_item)
+            usage = read + TokenUsage(output_text_tokens=argument_tokens(item.arguments) if last_of_item else 0)
+            return EngineOutput(function_call=chunk, usage=usage, **common)  # type: ignore[arg-type]
         if not item.audio:
             words = item.text.split(" ")
             part = words[j * TEXT_WORDS_PER_CHUNK : (j + 1) * TEXT_WORDS_PER_CHUNK]
@@ -265,19 +324,26 @@ class CascadeSpeechEngine:
         return EngineOutput(audio=audio, text_delta=item.text[c0:c1], marks=marks, usage=usage, **common)  # type: ignore[arg-type]
 
 
+def _history_tokens(entry: object) -> int:
+    """Tokens the agent reads in a history entry: a message's text, a call's arguments, an
+    output's text."""
+    kind = getattr(entry, "type", "message")
+    if kind == "function_call":
+        return argument_tokens(getattr(entry, "arguments", None) or "")
+    if kind == "function_call_output":
+        return tokens_of(getattr(entry, "output", None) or "")
+    return tokens_of(getattr(entry, "text", ""))
+
+
 def _ignored(inputs: SpeechInputs) -> tuple[str, ...]:
-    """The response settings the echo agent does not apply, named as the client set them: it
-    echoes what it heard whatever the instructions, has no sampling temperature, and calls no
-    tools."""
+    """The response settings the agent does not apply, named as the client set them: it
+    answers whatever the instructions and has no sampling temperature (it applies ``tools``,
+    ``tool_choice`` and ``parallel_tool_calls``)."""
     out = []
     if inputs.instructions:
         out.append("instructions")
     if inputs.temperature is not None:
         out.append("temperature")
-    if inputs.tools:
-        out.append("tools")
-    if inputs.tool_choice not in ("auto", None):
-        out.append("tool_choice")
     return tuple(out)
 
 
