@@ -90,7 +90,9 @@ def test_bad_input_gets_a_specific_error_is_logged_changes_nothing_and_keeps_the
     c.send({"type": "input_audio_buffer.commit"})
     c.recv("conversation.item.done")
     c.send({"type": "response.create", "event_id": "r1"})
-    item_id = c.recv("response.output_item.added")["item"]["id"]
+    response_id = c.recv("response.created")["response"]["id"]
+    # No output came yet, so the wire has not shown the item: the session's state names it.
+    (item_id,) = session_state(port, c.session_id)["state"]["responses"][response_id]["item_ids"]
     c.send({"type": "response.create", "event_id": "r2"})
     err = c.recv("error")["error"]
     assert (err["code"], err["event_id"]) == (Code.ACTIVE_RESPONSE, "r2")

@@ -54,7 +54,8 @@ def test_items_are_created_where_asked_retrieved_and_deleted(client: WsClient, s
         ({"previous_item_id": "item_nope", "item": {"role": "user", "content": [{"type": "input_text", "text": "x"}]}}, Code.PREVIOUS_ITEM_NOT_FOUND, "previous_item_id"),
         ({"item": {"id": "item_sys", "role": "user", "content": [{"type": "input_text", "text": "x"}]}}, Code.ITEM_CREATE_DUPLICATE, "item.id"),
         ({"item": {"role": "assistant", "content": [{"type": "output_audio", "audio": "AAAA"}]}}, Code.TRUNCATE_UNSUPPORTED_CONTENT, "item.content[0].type"),
-        ({"item": {"type": "function_call", "role": "user", "content": []}}, Code.INVALID_ITEM, "item.type"),
+        ({"item": {"type": "mcp_call", "role": "user", "content": []}}, Code.INVALID_ITEM, "item.type"),
+        ({"item": {"type": "function_call", "role": "user", "content": []}}, Code.INVALID_EVENT, "item.role"),
     ):
         client.send({"type": "conversation.item.create", "event_id": "bad", **bad})
         err = client.error()
