@@ -12,6 +12,8 @@ import asyncio
 import time
 from typing import Any, Callable
 
+from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.frames.frames import (
     EndFrame,
     ErrorFrame,
@@ -32,7 +34,9 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.openai.realtime.llm import OpenAIRealtimeLLMService
 from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import TransportParams
+from pipecat.services.llm_service import FunctionCallParams
 from pipecat.workers.runner import WorkerRunner
+from pipecat.utils.types import NOT_GIVEN
 
 from duplex_es.events import ResponseDone, SessionUpdated
 
@@ -114,10 +118,30 @@ class PipecatHarness:
     """One pipecat voice agent on ``url``; :meth:`conversation` runs the issue's steps, watching
     the server's log (``log()``: the session's events so far) for what happened."""
 
-    def __init__(self, url: str, log: Callable[[], list]) -> None:
+    def __init__(self, url: str, log: Callable[[], list], weather_tool: Callable[[str], str] | None = None) -> None:
         # The only lines a pipecat user changes: where the service connects, and the key.
         self.llm = OpenAIRealtimeLLMService(api_key="anything", base_url=url)
-        context = LLMContext([{"role": "developer", "content": "Say hello!"}])
+        self.ran: list[dict] = []
+        tools: Any = NOT_GIVEN
+        if weather_tool is not None:
+            # pipecat's function-calling API: a schema in the context, a handler on the service.
+            tools = ToolsSchema(
+                standard_tools=[
+                    FunctionSchema(
+                        name="get_weather",
+                        description="Get the current weather for a city.",
+                        properties={"city": {"type": "string", "description": "The city"}},
+                        required=["city"],
+                    )
+                ]
+            )
+
+            async def get_weather(params: FunctionCallParams) -> None:
+                self.ran.append(dict(params.arguments))
+                await params.result_callback(weather_tool(params.arguments["city"]))
+
+            self.llm.register_function("get_weather", get_weather)
+        context = LLMContext([{"role": "developer", "content": "Say hello!"}], tools=tools)
         user, assistant = LLMContextAggregatorPair(context)
         self.mic, self.speaker = MicSource(name="mic"), Speaker(name="speaker")
         self.watch = _Watch(self.llm)
@@ -169,3 +193,28 @@ class PipecatHarness:
             except asyncio.TimeoutError:
                 await self.worker.cancel()
         return {"error_frames": self.watch.errors, "played_ms": self.speaker.played_bytes * 1000 // (2 * RATE)}
+
+    async def tool_call(self, question: bytes) -> dict[str, Any]:
+        """The user asks ``question`` aloud; the service calls the registered tool, sends its
+        result and the answer is spoken."""
+        runner = WorkerRunner(handle_sigint=False)
+        await runner.add_workers(self.worker)
+        task = asyncio.create_task(runner.run())
+        try:
+            await until(lambda: any(isinstance(e, SessionUpdated) for e in self.log()), 15, "pipecat's session.update")
+            # As pipecat's examples start: its "generate a reply" sends the context (and tools).
+            n = self._ended("completed")
+            await self.worker.queue_frames([LLMRunFrame()])
+            await self._answered(n, "the reply to LLMRunFrame")
+            n = self._ended("completed")
+            self.mic.say(question)
+            # The response with the call, then the one speaking its result.
+            await until(lambda: self._ended("completed") >= n + 2, 60, "the call and the spoken answer")
+            await asyncio.sleep(1.0)
+        finally:
+            await self.worker.queue_frame(EndFrame())
+            try:
+                await asyncio.wait_for(task, 20)
+            except asyncio.TimeoutError:
+                await self.worker.cancel()
+        return {"error_frames": self.watch.errors, "ran": self.ran, "played_ms": self.speaker.played_bytes * 1000 // (2 * RATE)}
