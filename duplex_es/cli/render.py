@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from duplex_es.audit import SessionAudit
+from duplex_es.domain.rules import clip
 from duplex_es.domain import SessionState
 from duplex_es.domain.world import WorldState
 from duplex_es.events import to_plain
@@ -40,7 +41,12 @@ def state_lines(state: SessionState | WorldState) -> list[str]:
     lines.append(f"input buffer: {len(state.buffer.append_seqs)} appends, {state.buffer.samples} samples; audio clock {state.input_clock} samples")
     for item_id in state.item_order:
         it = state.items[item_id]
-        lines.append(f"  {it.role:9} {it.id} [{it.status}] {it.audio_ms} ms: {it.transcript or it.input_text!r}")
+        if it.type == "function_call":
+            lines.append(f"  call      {it.id} [{it.status}] {it.call_id}: {it.name}({clip(it.arguments, 120)})")
+        elif it.type == "function_call_output":
+            lines.append(f"  output    {it.id} [{it.status}] {it.call_id}: {clip(it.output or '', 120)!r}")
+        else:
+            lines.append(f"  {it.role:9} {it.id} [{it.status}] {it.audio_ms} ms: {it.transcript or it.input_text!r}")
     for r in state.responses.values():
         lines.append(
             f"  response {r.id} [{r.status}{'/' + r.status_reason if r.status_reason else ''}] "
