@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import attrs
 
+import json
+
+from duplex_es.events import FunctionCallChunk
 from duplex_es.worker.engine import EngineError, EngineOutput, TickContext
 from duplex_es.worker.speech.engine import CascadeSpeechEngine
 from duplex_es.worker.world.engine import WorldContext, WorldEngine, WorldOutput
@@ -33,6 +36,27 @@ class FailingSpeech(CascadeSpeechEngine):
         if ctx.tick.chunk_index == 1:
             raise EngineError("engine_failed", "the test model fell over on chunk 1")
         return super().step(ctx)
+
+
+class ToolCallingModel:
+    """A model written against the engine protocol alone (no reference code), as a GPU
+    plugin would be: it calls the response's first tool with ``{"q": <what the user typed>}``,
+    streaming the arguments over two ticks, and once the call's output is in the history it
+    says it (text). It shows function calling needs nothing of the worker beyond ``step``."""
+
+    name = "test.tool_calling_model/1"
+    kinds = ("speech",)
+
+    def step(self, ctx: TickContext) -> EngineOutput:
+        inputs, k = ctx.tick.inputs, ctx.tick.chunk_index
+        last = inputs.history[-1] if inputs.history else None
+        if last is not None and last.type == "function_call_output":
+            return EngineOutput(echo=ctx.identity, text_delta=f"The tool said: {last.output}", final=True)
+        arguments = json.dumps({"q": inputs.user_text})
+        half = len(arguments) // 2
+        piece = arguments[:half] if k == 0 else arguments[half:]
+        call = FunctionCallChunk(call_id=f"call_{ctx.tick.response_id}", name=inputs.tools[0]["name"], arguments_delta=piece, done=k == 1)
+        return EngineOutput(echo=ctx.identity, function_call=call, final=k == 1)
 
 
 class WrongKind:

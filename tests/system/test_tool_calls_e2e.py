@@ -244,3 +244,78 @@ def test_pipecats_function_calling_api_runs_the_tool_and_speaks_its_result(stack
 def _log(url: str, before: set[str]) -> list:
     new = sessions_of(url) - before
     return events_of(url, next(iter(new))) if len(new) == 1 else []
+
+
+# ------------------------------------------------------------------------- a model plugin
+
+
+def test_a_model_plugin_calls_tools_through_the_unchanged_worker(tmp_path):
+    """A GPU model's plugin (``--engine-plugin``) gets the tools in its tick and streams a call
+    back through ``EngineOutput.function_call``; nothing else of the worker is involved."""
+    from pathlib import Path
+
+    from wsclient import WsClient
+
+    tests = str(Path(__file__).resolve().parents[1])  # where plugins.py is
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    args = ["--engine-plugin", "plugins:ToolCallingModel"]
+    with running(url, tmp_path, worker_args=args, worker_env={"PYTHONPATH": tests}) as (port, _, _):
+        c = WsClient(port)
+        c.update({"output_modalities": ["text"], "tools": [{"type": "function", "name": "search", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]})
+        c.say("opening hours")
+        done = c.respond()
+        (call,) = done["output"]
+        assert (call["type"], call["name"], json.loads(call["arguments"])) == ("function_call", "search", {"q": "opening hours"})
+        deltas = [e["delta"] for e in c.since(0) if e["type"] == "response.function_call_arguments.delta"]
+        assert len(deltas) == 2 and "".join(deltas) == call["arguments"]
+        c.send({"type": "conversation.item.create", "item": {"type": "function_call_output", "call_id": call["call_id"], "output": "9 to 5"}})
+        c.recv("conversation.item.done")
+        answer = c.respond()
+        assert answer["output"][0]["content"][0]["text"] == "The tool said: 9 to 5"
+        session_id = c.session_id
+        c.close()
+    rejected, violations = verdict(url, session_id)
+    assert rejected == [] and violations == []
+
+
+def test_a_barge_in_while_a_calls_arguments_stream_cancels_the_call_like_audio(tmp_path):
+    """The user talks over the assistant while the reference agent streams a call's arguments
+    (24 characters a tick, slowed to a GPU's pace): the response ends cancelled, the call's
+    item incomplete with no ``function_call_arguments.done``, and its output is refused."""
+    from wsclient import WsClient
+
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    with running(url, tmp_path, worker_args=["--step-delay-ms", "400"]) as (port, _, _):
+        c = WsClient(port)
+        booking = {
+            "type": "function",
+            "name": "book_table",
+            "description": "Book a restaurant table.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "restaurant": {"type": "string"},
+                    "people": {"type": "integer"},
+                    "time": {"type": "string", "enum": ["lunch", "dinner"]},
+                },
+                "required": ["restaurant", "people"],
+            },
+        }
+        c.update({"output_modalities": ["text"], "tools": [booking]})
+        c.say("Book a table for four people for dinner at Chez Panisse.")
+        c.send({"type": "response.create"})
+        delta = c.recv("response.function_call_arguments.delta")
+        c.send({"type": "barge_in"})
+        done = c.recv("response.done")["response"]
+        assert (done["status"], done["status_details"]["reason"]) == ("cancelled", "turn_detected")
+        (item,) = done["output"]
+        assert (item["type"], item["status"], item["call_id"]) == ("function_call", "incomplete", delta["call_id"])
+        assert item["arguments"].startswith(delta["delta"]) and len(item["arguments"]) < len('{"restaurant":"Chez Panisse","people":4,"time":"dinner"}')
+        assert not [e for e in c.since(0) if e["type"] == "response.function_call_arguments.done"]
+        c.send({"type": "conversation.item.create", "event_id": "late", "item": {"type": "function_call_output", "call_id": delta["call_id"], "output": "booked"}})
+        err = c.error()
+        assert (err["code"], err["event_id"], err["param"]) == ("function_call_cancelled", "late", "item.call_id")
+        session_id = c.session_id
+        c.close()
+    rejected, violations = verdict(url, session_id)
+    assert violations == [] and [r.code for r in rejected] == ["function_call_cancelled"]
