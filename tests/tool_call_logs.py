@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from duplex_es.domain import OpenSession, SessionPatch, UpdateSession
-from duplex_es.events import Event, FunctionCallChunk, ItemCreated, ResponseDone
+from duplex_es.events import Event, FunctionCallChunk, ItemCreated
 from harness import Harness, nid
 
 WEATHER_TOOL = {
@@ -48,11 +48,6 @@ def call_turn(h: Harness, call_id: str = "call_1", deltas: Sequence[str] = ('{"c
         if not last or end:
             h.pump()
     return rid
-
-
-def ended(h: Harness, response_id: str, status: str = "completed") -> None:
-    """Log ``response.done`` for ``response_id`` as given (not as the decider would decide)."""
-    h.apply([ResponseDone(response_id=response_id, status=status, error_code="engine_error" if status == "failed" else None)])
 
 
 def answer(h: Harness, call_id: str, output: str = '{"temp_c": 21, "sky": "sunny"}') -> ItemCreated:

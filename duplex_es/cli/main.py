@@ -161,7 +161,6 @@ def _keyring(args: argparse.Namespace) -> "Keyring":
             without ``--allow-unauthenticated``.
         KeysFileError: the keys file or the key is unusable (the message names the entry).
     """
-    import ipaddress
 
     from duplex_es.server.principals import Keyring
 

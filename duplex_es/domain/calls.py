@@ -22,7 +22,7 @@ from typing import Any, Optional
 from duplex_es.domain.commands import CreateItem
 from duplex_es.domain.errors import Code
 from duplex_es.domain.replace import replace
-from duplex_es.domain.rules import put_item, reject
+from duplex_es.domain.rules import open_output_item, put_item, reject
 from duplex_es.domain.state import Call, Item, Response, SessionState
 from duplex_es.events import Event, HistoryEntry, ItemCreated, TickOutput
 
@@ -204,21 +204,10 @@ def apply_chunk(state: SessionState, ev: TickOutput, resp: Response) -> tuple[Se
     and the call's item."""
     fc = ev.function_call
     assert fc is not None
-    item = state.items[resp.item_id]
     if ev.new_item_id is not None:
-        state = put_item(state, replace(item, complete=True, status="completed"))
-        item = Item(
-            id=ev.new_item_id,
-            role="assistant",
-            status="in_progress",
-            in_conversation=item.in_conversation,
-            response_id=resp.id,
-            output_index=len(resp.item_ids),
-            offset_ms=resp.generated_ms,
-            audio_format=resp.output_format,
-        )
-        state = put_item(state, item, after=resp.item_id if item.in_conversation else "end")
-        resp = replace(resp, item_ids=resp.item_ids + (item.id,))
+        state, resp, item = open_output_item(state, resp, ev.new_item_id, "function_call")
+    else:
+        item = state.items[resp.item_id]
     if item.type != "function_call":
         item = replace(item, type="function_call", content_type="function_call", call_id=fc.call_id, name=fc.name)
         state = replace(state, calls={**state.calls, fc.call_id: Call(item_id=item.id, response_id=resp.id)})

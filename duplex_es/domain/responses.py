@@ -19,7 +19,7 @@ from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_INSTRUCTIONS_CHARS, MAX_OUT_OF_BAND_RESPONSES, VOICES
 from duplex_es.domain.playback import may_still_play, maybe_release, refresh_transcripts
 from duplex_es.domain.replace import replace
-from duplex_es.domain.rules import put_item, put_response, reject
+from duplex_es.domain.rules import open_output_item, put_item, put_response, reject
 from duplex_es.domain.state import Item, Response, ResponseStatus, SessionState, Tick, TickStatus
 from duplex_es.domain.ticks import ACCEPTED, Verdict, judge_echo
 from duplex_es.events import (
@@ -503,32 +503,13 @@ def evolve_tick_output(ev: TickOutput, state: SessionState, seq: int) -> Session
         if user is not None and user.role == "user" and user.transcription is None:
             state = put_item(state, replace(user, transcript=t.transcript, transcription="heard"))
     if ev.function_call is not None:
-        state, resp, item = apply_chunk(state, ev, resp)
-        resp = replace(
-            resp,
-            usage=resp.usage if ev.usage is None else resp.usage + ev.usage,
-            tick_in_flight=None,
-            next_chunk=resp.next_chunk + 1,
-            final_seen=resp.final_seen or ev.final,
-            incomplete_reason=ev.incomplete_reason or resp.incomplete_reason,
-        )
-        return put_response(replace(state, ticks=ticks), resp)
-    item = state.items[resp.item_id]
+        state, resp, _ = apply_chunk(state, ev, resp)
+        return put_response(replace(state, ticks=ticks), _advanced(resp, ev))
     if ev.new_item_id is not None:
-        state = put_item(state, replace(item, complete=True, status="completed"))
-        item = Item(
-            id=ev.new_item_id,
-            role="assistant",
-            status="in_progress",
-            content_type="output_audio" if "audio" in resp.output_modalities else "output_text",
-            in_conversation=item.in_conversation,
-            response_id=resp.id,
-            output_index=len(resp.item_ids),
-            offset_ms=resp.generated_ms,
-            audio_format=resp.output_format,
-        )
-        state = put_item(state, item, after=resp.item_id if item.in_conversation else "end")
-        resp = replace(resp, item_ids=resp.item_ids + (item.id,))
+        content_type = "output_audio" if "audio" in resp.output_modalities else "output_text"
+        state, resp, item = open_output_item(state, resp, ev.new_item_id, content_type)
+    else:
+        item = state.items[resp.item_id]
     new_samples = _b64_len(ev.audio) // (2 if resp.output_format.type == "audio/pcm" else 1)
     item = replace(
         item,
@@ -538,18 +519,23 @@ def evolve_tick_output(ev: TickOutput, state: SessionState, seq: int) -> Session
         marks=item.marks + tuple(ev.marks),
         complete=item.complete or ev.final,
     )
-    resp = replace(
+    resp = replace(_advanced(resp, ev), generated_ms=item.offset_ms + item.generated_ms)
+    state = replace(state, ticks=ticks, audio_output_started=state.audio_output_started or new_samples > 0)
+    state = put_response(put_item(state, item), resp)
+    return refresh_transcripts(state, resp.id)
+
+
+def _advanced(resp: Response, ev: TickOutput) -> Response:
+    """``resp`` after an accepted output: its tick answered, the next chunk due, the engine's
+    usage added, and the end (``final``, an incomplete reason) noted."""
+    return replace(
         resp,
         usage=resp.usage if ev.usage is None else resp.usage + ev.usage,
         tick_in_flight=None,
         next_chunk=resp.next_chunk + 1,
         final_seen=resp.final_seen or ev.final,
         incomplete_reason=ev.incomplete_reason or resp.incomplete_reason,
-        generated_ms=item.offset_ms + item.generated_ms,
     )
-    state = replace(state, ticks=ticks, audio_output_started=state.audio_output_started or new_samples > 0)
-    state = put_response(put_item(state, item), resp)
-    return refresh_transcripts(state, resp.id)
 
 
 def evolve_tick_failed(ev: TickFailed, state: SessionState, seq: int) -> SessionState:

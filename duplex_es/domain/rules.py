@@ -18,7 +18,7 @@ from duplex_es.domain.kind import IllegalTransition
 from duplex_es.domain.state import ACTIVE, Item, Response, SessionState
 from duplex_es.events import CommandRejected, Event
 
-__all__ = ["COMMAND_TYPES", "Fold", "keep", "reject", "rejection", "shown", "put_item", "put_response"]
+__all__ = ["COMMAND_TYPES", "Fold", "keep", "reject", "rejection", "shown", "put_item", "put_response", "open_output_item"]
 
 #: Wire name of each command, recorded in ``command.rejected.command_type``.
 COMMAND_TYPES: dict[type, str] = {
@@ -148,3 +148,24 @@ def put_response(state: SessionState, resp: Response) -> SessionState:
     if old is not None and old.status != resp.status and old.status != ACTIVE:
         raise IllegalTransition(f"response {resp.id}", state.seq + 1, "response.done", str(old.status), str(resp.status))
     return replace(state, responses={**state.responses, resp.id: resp})
+
+
+def open_output_item(state: SessionState, resp: Response, item_id: str, content_type: str) -> tuple[SessionState, Response, Item]:
+    """Close ``resp``'s current output item and open the next one, ``item_id`` (empty, in
+    progress, of ``content_type``), right after it in the conversation (or, out of band, kept
+    beside it). Returns the state, the response naming its new item, and the item."""
+    current = state.items[resp.item_id]
+    state = put_item(state, replace(current, complete=True, status="completed"))
+    item = Item(
+        id=item_id,
+        role="assistant",
+        status="in_progress",
+        content_type=content_type,
+        in_conversation=current.in_conversation,
+        response_id=resp.id,
+        output_index=len(resp.item_ids),
+        offset_ms=resp.generated_ms,
+        audio_format=resp.output_format,
+    )
+    state = put_item(state, item, after=resp.item_id if item.in_conversation else "end")
+    return state, replace(resp, item_ids=resp.item_ids + (item.id,)), item

@@ -30,7 +30,6 @@ from duplex_es.server.principals import Keyring, Principal
 from duplex_es.server.sessions import DuplexSessions, ModelNotServed, ResumeRefused, SessionOpenFailed
 from duplex_es.store import Database, LogUnavailable
 from duplex_es.server.throttle import RESUME_FAILURES, ResumeThrottle, Throttled
-from duplex_es.store import Database
 
 __all__ = ["Server", "realtime", "world"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from duplex_es.audit import audit_all, audit_session
+from duplex_es.audit import audit_all
 from duplex_es.events import SessionConfig, SessionOpened, TextAppended
 from duplex_es.store import ChainKeyError, Database, EventLog, KeyRing, upgrade
 from duplex_es.store.chain import GENESIS, event_hash, key_id_of

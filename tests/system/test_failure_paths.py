@@ -12,7 +12,6 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
-import sqlalchemy as sa
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 

@@ -15,7 +15,7 @@ from duplex_es.domain.responses import classify_output
 from duplex_es.domain.speech_audit import audit_speech
 from duplex_es.events import ResponseDone, ItemCreated, ItemTruncated
 from harness import Harness
-from tool_call_logs import answer, call_turn, chunk, ended, restored_call, with_weather_tool
+from tool_call_logs import answer, call_turn, chunk, restored_call, with_weather_tool
 
 
 def violations(h: Harness, check: str = "tool_calls") -> list[tuple[int, str]]:
