@@ -14,6 +14,7 @@ from typing import Any, Optional, Union
 from duplex_es.audio import is_supported
 from duplex_es.domain.calls import apply_chunk, chunk_problem, end_calls, function_history_entry
 from duplex_es.domain.commands import BargeIn, CancelResponse, ClearOutputAudio, CreateResponse, Pump, ResponseOptions
+from duplex_es.domain.duplex import requeue, unit_due
 from duplex_es.domain.content import content_problem, size_problem, tool_choice_problem
 from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_INSTRUCTIONS_CHARS, MAX_OUT_OF_BAND_RESPONSES, VOICES
@@ -303,6 +304,9 @@ def cancel_events(
     live = [t for t in state.ticks.values() if t.response_id in ids]
     discarded = {s for t in live for s in t.applied_event_ids}
     cancelled = tuple(t.request_id for t in live)
+    if state.duplex.unit is not None:
+        # A full-duplex unit in flight is fenced too; its appends wait for the next unit.
+        cancelled += (state.duplex.unit,)
     if discard_pending:
         discarded |= set(state.unapplied)
         cancelled += tuple(state.transcriptions)  # the session ends: nobody will read them
@@ -400,7 +404,7 @@ def decide_pump(cmd: Pump, state: SessionState) -> list[Event]:
         elif resp.final_seen:
             status = "incomplete" if resp.incomplete_reason else "completed"
             events.append(ResponseDone(response_id=resp.id, status=status, reason=resp.incomplete_reason))
-        elif resp.tick_in_flight is None:
+        elif resp.tick_in_flight is None and not resp.by_units:
             request_id = next(ids, None)
             if request_id is None:
                 break  # the host pumps again after this batch
@@ -414,6 +418,8 @@ def decide_pump(cmd: Pump, state: SessionState) -> list[Event]:
                     inputs=resp.inputs,
                 )
             )
+    if state.full_duplex:
+        events += unit_due(state, next(ids, None), epoch=epoch)
     return events
 
 
@@ -565,7 +571,7 @@ def evolve_epoch_advanced(ev: EpochAdvanced, state: SessionState, seq: int) -> S
     transcriptions = state.transcriptions
     if dead & transcriptions.keys():
         transcriptions = {k: v for k, v in transcriptions.items() if k not in dead}
-    return replace(
+    state = replace(
         state,
         epoch=ev.epoch,
         ticks={k: v for k, v in state.ticks.items() if k not in dead},
@@ -573,6 +579,8 @@ def evolve_epoch_advanced(ev: EpochAdvanced, state: SessionState, seq: int) -> S
         unapplied=tuple(s for s in state.unapplied if s not in discarded),
         transcriptions=transcriptions,
     )
+    # A full-duplex unit of an older epoch is dead whether or not it was named.
+    return requeue(state) if state.duplex.unit is not None else state
 
 
 def evolve_output_audio_cleared(ev: OutputAudioCleared, state: SessionState, seq: int) -> SessionState:

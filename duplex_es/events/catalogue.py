@@ -143,6 +143,10 @@ class SessionConfig:
     the words heard before the cut) or ``"remove"`` (OpenAI: the transcript is deleted).
     ``acknowledge_appends`` (duplex extension, off by default as in OpenAI) makes every logged
     ``input_audio_buffer.append`` answer with an ``input_audio_buffer.appended`` server event.
+    ``turn_mode`` is ``turn_based`` (a response per turn, as in OpenAI) or ``full_duplex`` (the
+    model hears the input continuously in units of ``chunk_period_ms`` ms of input audio and
+    decides when to talk; user speech over its turn follows ``overlap``: ``barge_in`` or
+    ``listen``) — docs/duplex.md. ``turn_modes`` are the modes the session's engine offers.
 
     The GA settings below are kept exactly as the client set them (JSON values) and echoed so:
     ``transcription`` (``audio.input.transcription``: each committed user audio item is
@@ -180,6 +184,10 @@ class SessionConfig:
     reasoning: Optional[Any] = None
     parallel_tool_calls: Optional[bool] = None
     temperature: Optional[float] = None
+    turn_mode: str = "turn_based"
+    chunk_period_ms: int = 200
+    overlap: str = "barge_in"
+    turn_modes: tuple[str, ...] = ("turn_based",)
 
 
 @attrs.frozen(kw_only=True)

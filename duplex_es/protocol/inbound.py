@@ -615,7 +615,13 @@ def _session_update(p: _P) -> Command:
                 fields["voice"] = _voice(out["voice"], "session.audio.output.voice")
     duplex = p.obj("duplex", s, "session")
     if duplex is not None:
-        p.keys({"transcript_on_truncate", "acknowledge_appends"}, duplex, "session.duplex")
+        p.keys({"transcript_on_truncate", "acknowledge_appends", "mode", "chunk_period_ms", "overlap"}, duplex, "session.duplex")
+        if "mode" in duplex:
+            fields["turn_mode"] = p.str("mode", duplex, "session.duplex", required=True)
+        if "overlap" in duplex:
+            fields["overlap"] = p.str("overlap", duplex, "session.duplex", required=True)
+        if "chunk_period_ms" in duplex:
+            fields["chunk_period_ms"] = p.int("chunk_period_ms", duplex, "session.duplex", required=True)
         if "transcript_on_truncate" in duplex:
             fields["transcript_on_truncate"] = p.str("transcript_on_truncate", duplex, "session.duplex", required=True)
         if "acknowledge_appends" in duplex:

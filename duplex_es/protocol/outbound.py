@@ -89,6 +89,11 @@ EXTENSION_EVENT_TYPES = frozenset(
         "session.heartbeat_ack",
         "turn.event",
         "command.deduplicated",
+        # full duplex (docs/duplex.md)
+        "response.listen",
+        "response.speak",
+        "overlap.decision",
+        "input_audio_buffer.processed",
     }
 )
 
@@ -206,7 +211,14 @@ def session_json(session_id: str, cfg: SessionConfig) -> dict[str, Any]:
         "noise_reduction": cfg.noise_reduction,
         "turn_detection": turn_detection_json(cfg.turn_detection),
     }
-    duplex = {"transcript_on_truncate": cfg.transcript_on_truncate, "acknowledge_appends": cfg.acknowledge_appends}
+    duplex = {
+        "transcript_on_truncate": cfg.transcript_on_truncate,
+        "acknowledge_appends": cfg.acknowledge_appends,
+        "mode": cfg.turn_mode,
+        "modes": list(cfg.turn_modes),
+        "chunk_period_ms": cfg.chunk_period_ms,
+        "overlap": cfg.overlap,
+    }
     if cfg.session_type == "transcription":
         return {
             "type": "transcription",
