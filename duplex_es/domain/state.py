@@ -309,7 +309,9 @@ class DuplexState:
     The user's current utterance — what the model heard since its last turn — is
     ``turn_audio`` (segments), ``turn_transcript`` (the engine's deltas) and becomes user item
     ``turn_item_id`` when the model starts to speak. ``processed`` counts the appends answered
-    by ``input_audio_buffer.processed`` so far.
+    by ``input_audio_buffer.processed`` so far. ``last_unit_ms`` is when the last unit was
+    issued (host clock, Unix ms), ``silent_units`` the silence units since the last real input,
+    ``continue_turn`` whether the engine's last answer asked to be stepped on without input.
     """
 
     pending: tuple[int, ...] = ()
@@ -328,6 +330,9 @@ class DuplexState:
     turn_transcript: str = ""
     turn_item_id: Optional[str] = None
     processed: int = 0
+    last_unit_ms: Optional[int] = None
+    silent_units: int = 0
+    continue_turn: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -36,6 +36,10 @@ class UnitIssued(TickRequest):
     cancelled sees it gone. ``engine_state`` is what the previous committed output left
     (``None`` for the first unit); ``inputs`` the session's settings the engine reads (formats,
     voice, instructions, tools; no history: the engine keeps what it needs in its state).
+    ``silence_ms`` (a *silence unit*, with no audio) is quiet time the engine is to hear:
+    issued on the audio clock's pace when no input came while the engine is mid-turn
+    (docs/duplex.md, "Silence units"). ``issued_at_ms`` is the host's clock when it was issued
+    (Unix ms; ``None`` when none was given), which paces silence units.
     """
 
     request_id: str
@@ -47,6 +51,8 @@ class UnitIssued(TickRequest):
     response_id: Optional[str] = None
     engine_state: Optional[dict[str, Any]] = None
     inputs: SpeechInputs = SpeechInputs()
+    silence_ms: int = 0
+    issued_at_ms: Optional[int] = None
     kind: str = "duplex"
 
     def failed(self, session_id: str, code: str, message: str) -> "UnitFailed":
@@ -74,6 +80,9 @@ class UnitOutput(TickAnswer):
     user's words since the last turn become a user item first. ``end_of_turn`` ends the
     model's turn (its response is done). ``user_transcript_delta`` adds to what the engine heard
     of the user's current utterance. ``engine_state`` is what the next unit starts from.
+    ``continue_turn``: the engine is judging the end of the user's turn and wants to hear the
+    quiet that follows even if no input comes (silence units; its own open turn always gets
+    them).
     """
 
     session_id: str
@@ -90,6 +99,7 @@ class UnitOutput(TickAnswer):
     engine_state: Optional[dict[str, Any]] = None
     engine: str = ""
     usage: Optional[TokenUsage] = None
+    continue_turn: bool = False
 
 
 @event("duplex.unit.failed")
