@@ -40,7 +40,10 @@ __all__ = [
     "TURN_MODES",
     "OVERLAP_POLICIES",
     "CHUNK_PERIOD_RANGE_MS",
+    "MAX_SILENCE_UNITS",
     "unit_due",
+    "next_unit_due_ms",
+    "wants_silence",
     "overlap_events",
     "unit_verdict",
     "requeue",
@@ -86,17 +89,38 @@ def _inputs(state: SessionState) -> SpeechInputs:
     )
 
 
-def unit_due(state: SessionState, request_id: Optional[str], *, epoch: Optional[int] = None) -> list[Event]:
-    """The next unit, if one is due: a full-duplex session with no unit in flight and at least
-    one chunk period of input audio waiting (``request_id`` ``None``: no id to issue it with,
-    so nothing)."""
+#: The most silence units in a row (no real input between them): a model that keeps
+#: waiting without an answer stops being stepped until input comes (the reference's bound of
+#: 64 per auto-response turn).
+MAX_SILENCE_UNITS = 64
+
+
+def wants_silence(state: SessionState) -> bool:
+    """Whether the engine is to be stepped on without input: its turn is open, or its last
+    answer asked to (``continue_turn``), and the silence bound is not reached."""
     d = state.duplex
-    if request_id is None or not state.full_duplex or d.unit is not None or not d.pending:
+    return state.full_duplex and (d.response_id is not None or d.continue_turn) and d.silent_units < MAX_SILENCE_UNITS
+
+
+def unit_due(state: SessionState, request_id: Optional[str], *, epoch: Optional[int] = None, now_ms: Optional[int] = None) -> list[Event]:
+    """The next unit, if one is due (docs/duplex.md, "Units"), for a full-duplex session with
+    no unit in flight (``request_id`` ``None``: nothing can be issued):
+
+    * at least one chunk period of input waits: a unit of all of it;
+    * else, one chunk period after the last unit (``now_ms``, the host's clock) while the
+      engine is mid-turn (:func:`wants_silence`): a unit of what input waits, or, with none, a
+      *silence unit* of one chunk period of quiet.
+    """
+    d = state.duplex
+    if request_id is None or not state.full_duplex or d.unit is not None:
         return []
     cfg = state.config
     assert cfg is not None
-    if d.samples * 1000 < cfg.chunk_period_ms * cfg.input_format.rate:
-        return []
+    full = d.samples * 1000 >= cfg.chunk_period_ms * cfg.input_format.rate
+    if not full:
+        due = now_ms is not None and d.last_unit_ms is not None and now_ms >= d.last_unit_ms + cfg.chunk_period_ms
+        if not (due and wants_silence(state)):
+            return []
     return [
         UnitIssued(
             request_id=request_id,
@@ -104,12 +128,23 @@ def unit_due(state: SessionState, request_id: Optional[str], *, epoch: Optional[
             chunk_index=d.next_unit,
             applied_event_ids=d.pending,
             audio=d.segments,
-            start_sample=d.pending_start,
+            start_sample=d.pending_start if d.pending else state.input_clock,
             response_id=d.response_id,
             engine_state=d.engine_state,
             inputs=_inputs(state),
+            silence_ms=0 if d.pending else cfg.chunk_period_ms,
+            issued_at_ms=now_ms,
         )
     ]
+
+
+def next_unit_due_ms(state: SessionState) -> Optional[int]:
+    """When a silence unit falls due (Unix ms, the host's clock), or ``None``: the session
+    kind's wake-up (docs/architecture.md, "Session kinds")."""
+    d = state.duplex
+    if d.unit is not None or d.last_unit_ms is None or not wants_silence(state):
+        return None
+    return d.last_unit_ms + state.config.chunk_period_ms  # type: ignore[union-attr]
 
 
 def overlap_events(state: SessionState, audio_start_ms: int, cancel: Callable[[SessionState, Response], list[Event]]) -> list[Event]:
@@ -193,6 +228,8 @@ def evolve_unit_issued(ev: UnitIssued, state: SessionState, seq: int) -> Session
         pending_start=ev.start_sample + sum(s.samples for s in ev.audio),
         next_unit=ev.chunk_index + 1,
         turn_item_id=d.turn_item_id or "item_" + _suffix(ev.request_id),
+        last_unit_ms=ev.issued_at_ms if ev.issued_at_ms is not None else d.last_unit_ms,
+        silent_units=d.silent_units + 1 if not ev.applied_event_ids else 0,
     )
     return replace(state, duplex=d)
 
@@ -210,6 +247,7 @@ def evolve_unit_output(ev: UnitOutput, state: SessionState, seq: int) -> Session
         unit_seqs=(),
         unit_segments=(),
         engine_state=ev.engine_state,
+        continue_turn=ev.continue_turn,
         processed=d.processed + len(d.unit_seqs),
         turn_audio=d.turn_audio + d.unit_segments if d.response_id is None else d.turn_audio,
         turn_transcript=d.turn_transcript + ev.user_transcript_delta,

@@ -20,7 +20,7 @@ from typing import Optional
 from duplex_es.audio import decode_to_pcm16
 from duplex_es.domain.audio import ms_of, samples_of
 from duplex_es.domain.commands import AppendAudio, AppendText, CancelInput, ClearInput, Commit, CreateResponse, VadIds
-from duplex_es.domain.duplex import add_pending, overlap_events, unit_due
+from duplex_es.domain.duplex import add_pending, overlap_events
 from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_BUFFER_MS, MAX_INPUT_TEXT_CHARS, MIN_COMMIT_MS
 from duplex_es.domain.replace import replace
@@ -204,7 +204,7 @@ def decide_append_audio(cmd: AppendAudio, state: SessionState, fold: Fold) -> li
 def _duplex_append(cmd: AppendAudio, state: SessionState, fold: Fold, appended: AudioAppended) -> list[Event]:
     """An append to a full-duplex session (docs/duplex.md): server VAD still reports speech
     (no commit, no response: the model decides), speech over the model's turn goes through the
-    overlap policy, and a unit is issued once a chunk period of input waits."""
+    overlap policy; the pump that follows issues a unit once one is due."""
     cfg = state.config
     assert cfg is not None
     td, fmt = cfg.turn_detection, cfg.input_format
@@ -232,7 +232,7 @@ def _duplex_append(cmd: AppendAudio, state: SessionState, fold: Fold, appended: 
             trial = fold(trial, batch)
             events += batch
         events[0] = replace(appended, vad=replace(vad, item_id=current if vad.speaking else None))
-    return events + unit_due(fold(state, events), ids.request_id if ids is not None else None)
+    return events  # the host's pump issues the unit once one is due (domain/duplex.unit_due)
 
 
 def _idle_deadline(state: SessionState, samples: int) -> Optional[int]:

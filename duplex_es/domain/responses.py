@@ -419,7 +419,7 @@ def decide_pump(cmd: Pump, state: SessionState) -> list[Event]:
                 )
             )
     if state.full_duplex:
-        events += unit_due(state, next(ids, None), epoch=epoch)
+        events += unit_due(state, next(ids, None), epoch=epoch, now_ms=cmd.now_ms)
     return events
 
 

@@ -168,8 +168,8 @@ class Call:
 
     ``item_id`` is its ``function_call`` item; ``response_id`` the response whose engine made
     it (``None``: a client created it). ``status`` is ``in_progress`` while its arguments
-    stream, ``completed`` once they are done, ``cancelled`` when its response ended cancelled or
-    failed, or ended before the arguments were done (its tool must not run).
+    stream, ``completed`` once they are done, ``cancelled`` when its response ended before they
+    were done (its tool must not run).
     ``output_item_id`` is the ``function_call_output`` item that answered it (at most one).
     Calls are never forgotten, so a call_id is made and answered once per session.
     """

@@ -378,11 +378,12 @@ def _item_done(state: SessionState, resp: Response, item: Item) -> list[dict[str
 
 def _call_closing(state: SessionState, resp: Response, item: Item) -> list[dict[str, Any]]:
     """A function call ends. Done: its complete arguments, then the item, completed (clients
-    run the tool from here). Cut short (its response was cancelled): only the item,
-    ``incomplete`` — no ``function_call_arguments.done``, which some clients run the tool on
-    (docs/protocol.md, "Function calling")."""
+    run the tool from here). Cut short (its response was cancelled mid-arguments): nothing —
+    clients run tools on ``function_call_arguments.done`` (pipecat) or on any
+    ``output_item.done`` of a call, whatever its status (LiveKit); ``response.done`` lists the
+    item ``incomplete`` (docs/protocol.md, "Function calling")."""
     if not item.complete:
-        return _item_done(state, resp, item)
+        return []
     done = {
         "type": "response.function_call_arguments.done",
         "response_id": resp.id,

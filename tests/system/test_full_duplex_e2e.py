@@ -61,6 +61,7 @@ def test_the_model_answers_by_itself_streams_the_users_words_and_barge_in_cancel
     assert created["duplex"]["mode"] == "full_duplex"
     # 1. The question, then silence: nobody commits, nobody asks for a response.
     stream(c, speech("weather_question_24k.wav") + silence(1.5))
+    c.recv("response.speak", 30)
     done = c.recv("response.done", 30)["response"]
     assert done["status"] == "completed"
     seen = [e["type"] for e in c.events]

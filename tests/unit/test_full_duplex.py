@@ -39,7 +39,16 @@ class Duplex(Harness):
     def append(self, ms: int, value: int = 0) -> list:
         raw = pcm(ms, value)
         ids = VadIds(item_id=nid("item"), response_id=nid("resp"), response_item_id=nid("item"), request_id=nid("req"))
-        return self.run(AppendAudio(audio=base64.b64encode(raw).decode(), nbytes=len(raw), vad_ids=ids))
+        events = self.run(AppendAudio(audio=base64.b64encode(raw).decode(), nbytes=len(raw), vad_ids=ids))
+        self.pump()  # as the host does after every command: a unit may be due
+        return events
+
+    clock = 1_000_000  # the host's clock (Unix ms); tests move it
+
+    def pump(self) -> list:
+        from duplex_es.domain import Pump
+
+        return self.run(Pump(request_ids=tuple(nid("req") for _ in range(4)), now_ms=self.clock))
 
     def unit(self) -> UnitIssued:
         rid = self.state.duplex.unit
@@ -118,6 +127,7 @@ def test_speech_over_the_models_turn_follows_the_overlap_policy(policy: str):
     in_flight = h.unit()
     raw = pcm(600, 8000)
     h.run(AppendAudio(audio=base64.b64encode(raw).decode(), nbytes=len(raw), vad_ids=VadIds(item_id="item_o", response_id="resp_o", response_item_id="item_ro", request_id="req_o")))
+    h.pump()
     decided = [e for _, e in h.log if isinstance(e, OverlapDecided)]
     assert [(d.decision, d.response_id) for d in decided] == [(policy, resp_id)]
     assert "overlap.decision" in h.types()
@@ -125,7 +135,8 @@ def test_speech_over_the_models_turn_follows_the_overlap_policy(policy: str):
         done = [e for _, e in h.log if isinstance(e, ResponseDone)]
         assert [(d.status, d.reason) for d in done] == [("cancelled", "turn_detected")]
         # The unit in flight was cancelled; its appends and the speech reach the model next.
-        assert h.state.duplex.unit == "req_o" and h.unit().applied_event_ids[: len(in_flight.applied_event_ids)] == in_flight.applied_event_ids
+        assert h.state.duplex.unit not in (None, in_flight.request_id)
+        assert h.unit().applied_event_ids[: len(in_flight.applied_event_ids)] == in_flight.applied_event_ids
         late = UnitOutput(session_id="sess_fd", request_id=in_flight.request_id, epoch=in_flight.epoch, chunk_index=in_flight.chunk_index, applied_event_ids=in_flight.applied_event_ids, audio="AAAA")
         mark = len(h.wire)
         h.apply([late])
@@ -150,3 +161,41 @@ def test_full_duplex_settings_are_checked():
     turn_based = Harness.open()
     (no,) = turn_based.run(UpdateSession(patch=SessionPatch(turn_mode="full_duplex")))
     assert no.code == Code.FULL_DUPLEX_UNSUPPORTED
+
+
+def test_silence_units_keep_a_model_mid_turn_going_on_the_clock_and_are_bounded():
+    from duplex_es.domain import Pump
+    from duplex_es.domain.duplex import MAX_SILENCE_UNITS, next_unit_due_ms
+
+    h = Duplex.start()
+    h.append(200)
+    # A model that listens with nothing to wait for is not stepped without input.
+    h.answer(listen_reason="silence")
+    assert next_unit_due_ms(h.state) is None
+    h.clock += 5000
+    assert h.pump() == []
+    h.append(200)
+    h.answer(audio=base64.b64encode(pcm(100)).decode(), text_delta="Hi")  # its turn is open now
+    last = h.state.duplex.last_unit_ms
+    due = next_unit_due_ms(h.state)
+    assert due is not None and h.run(Pump(request_ids=(nid("req"),), now_ms=due - 1)) == []  # not yet
+    (silent,) = h.run(Pump(request_ids=(nid("req"),), now_ms=due))
+    assert isinstance(silent, UnitIssued) and silent.applied_event_ids == () and silent.silence_ms == 200
+    # Real input waiting (under a period) goes in the next unit instead of silence.
+    h.answer(audio=base64.b64encode(pcm(100)).decode(), text_delta=" there")
+    h.run(AppendAudio(audio=base64.b64encode(pcm(60)).decode(), nbytes=len(pcm(60))))
+    (flush,) = h.run(Pump(request_ids=(nid("req"),), now_ms=next_unit_due_ms(h.state)))
+    assert flush.applied_event_ids and flush.silence_ms == 0
+    for _ in range(MAX_SILENCE_UNITS + 1):
+        h.answer(audio=base64.b64encode(pcm(10)).decode(), text_delta=".")
+        due = next_unit_due_ms(h.state)
+        if due is None:
+            break
+        h.run(Pump(request_ids=(nid("req"),), now_ms=due))
+    assert h.state.duplex.silent_units == MAX_SILENCE_UNITS and next_unit_due_ms(h.state) is None
+    assert last < h.state.duplex.last_unit_ms
+    # An engine judging the end of the user's turn asks for the quiet that follows.
+    h2 = Duplex.start()
+    h2.append(200)
+    h2.answer(listen_reason="waiting_for_end_of_turn", continue_turn=True)
+    assert next_unit_due_ms(h2.state) == h2.clock + 200

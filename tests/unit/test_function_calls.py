@@ -175,15 +175,21 @@ def test_an_output_that_cannot_answer_its_call_is_refused_with_its_own_code_and_
     assert h.state.items == before.items and h.state.calls == before.calls and h.state.unapplied == before.unapplied
 
 
-def test_a_call_done_before_its_response_was_cancelled_cannot_be_answered_either():
+def test_a_call_done_before_its_response_was_cancelled_is_answerable_and_only_the_cut_one_is_not():
+    # Clients run a tool as soon as its call is done; a later cancel of the response must not
+    # make them re-run it (the Agents SDK asks for a new response after a refused output).
     h = session()
     respond(h)
     call(h, "call_1", '{"city": "Lisbon"}', done=True)  # done, but the response goes on
-    call(h, "call_2", "{}", done=False, name="get_time", new_item=True)
+    call(h, "call_2", "{", done=False, name="get_time", new_item=True)
+    mark = len(h.wire)
     h.run(BargeIn())
-    assert refused(answer(h, "call_1")) == Code.FUNCTION_CALL_CANCELLED
-    # The client was told call_1 was completed; it stays so in the conversation.
-    assert h.state.items[h.state.calls["call_1"].item_id].status == "completed"
+    # The cut call gets no .done events (clients would run it), only its place in response.done.
+    assert h.types_since(mark)[-1] == "response.done" and "response.output_item.done" not in h.types_since(mark)
+    output = h.wire[-1]["response"]["output"]
+    assert [(o["call_id"], o["status"]) for o in output] == [("call_1", "completed"), ("call_2", "incomplete")]
+    assert isinstance(answer(h, "call_1")[0], ItemCreated)
+    assert refused(answer(h, "call_2")) == Code.FUNCTION_CALL_CANCELLED
 
 
 def test_parallel_calls_are_two_items_of_one_response_and_a_reply_after_a_call_a_third():

@@ -173,4 +173,5 @@ SPEECH = SessionKind(
     ended_by=(SessionClosed, SessionExpired),
     audit=speech_audit.audit_speech,
     judge=judge,
+    wakeup_ms=duplex.next_unit_due_ms,
 )

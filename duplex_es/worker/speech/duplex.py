@@ -107,7 +107,7 @@ class FullDuplexEngine:
         fmt = inputs.input_format
         raw = ctx.read_audio(tick.audio) if tick.audio else b""
         pcm = decode_to_pcm16(raw, fmt.type) if raw else np.zeros(0, dtype="<i2")
-        unit_ms = len(pcm) * 1000 // fmt.rate
+        unit_ms = len(pcm) * 1000 // fmt.rate + tick.silence_ms  # a silence unit is quiet time
         if state["phase"] == "speaking":
             return self._speak(ctx, state)
         frames = _voiced_frames(pcm, fmt.rate) if len(pcm) else []
@@ -134,12 +134,13 @@ class FullDuplexEngine:
         if state["speech_ms"] < MIN_SPEECH_MS:
             if state["silence_ms"] >= END_SILENCE_MS:  # a click or a cough: forget it
                 return UnitOutputs(echo=ctx.identity, listen_reason="noise", engine_state=self._fresh())
-            return UnitOutputs(echo=ctx.identity, listen_reason="user_speaking", user_transcript_delta=delta, engine_state=state)
+            return UnitOutputs(echo=ctx.identity, listen_reason="user_speaking", user_transcript_delta=delta, engine_state=state, continue_turn=True)
         words = (state["heard"] + delta).split()
         needed = END_SILENCE_MS * (2 if words and words[-1] in OPEN_ENDINGS else 1)
         if state["silence_ms"] < needed:
             reason = "user_speaking" if state["silence_ms"] < 200 else "waiting_for_end_of_turn"
-            return UnitOutputs(echo=ctx.identity, listen_reason=reason, user_transcript_delta=delta, engine_state=state)
+            # Ask for the quiet that follows even if the client stops sending (silence units).
+            return UnitOutputs(echo=ctx.identity, listen_reason=reason, user_transcript_delta=delta, engine_state=state, continue_turn=True)
         # The user's turn ended: hear the whole utterance, then start the reply.
         delta += self._heard_more(ctx, state, final=True)
         state = {"phase": "speaking", "transcript": state["heard"], "k": 0}
