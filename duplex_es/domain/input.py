@@ -28,7 +28,7 @@ from duplex_es.domain.responses import cancel_events, retire_frozen, start_respo
 from duplex_es.domain.rules import Fold, put_item, reject
 from duplex_es.domain.state import InputBuffer, Item, SessionState
 from duplex_es.domain.transcription import transcription_request
-from duplex_es.domain.vad import FRAME_MS, detect
+from duplex_es.domain.vad import FRAME_MS, DetectorUnavailable, detect
 from duplex_es.events import (
     AudioAppended,
     CommandRejected,
@@ -156,7 +156,10 @@ def decide_append_audio(cmd: AppendAudio, state: SessionState, fold: Fold) -> li
     frame = max(1, fmt.rate * FRAME_MS // 1000)
     if before.frame_fill != state.input_clock % frame:  # VAD was off: re-align frames to the clock
         before = replace(before, frame_fill=state.input_clock % frame, frame_energy=0.0)
-    vad, transitions = detect(before, pcm, state.input_clock, fmt.rate, td, buffer_start)
+    try:
+        vad, transitions = detect(before, pcm, state.input_clock, fmt.rate, td, buffer_start)
+    except DetectorUnavailable as e:  # only a session moved to a server without the model
+        return reject(cmd, Code.SERVER_VAD_UNAVAILABLE, f"the {td.detector} detector cannot run on this server: {e}", "session.audio.input.turn_detection.detector")
     ids = cmd.vad_ids
     # Each utterance in one append needs its own item id; later ones derive from the first.
     fresh = iter([ids.item_id] + [f"{ids.item_id}_{n}" for n in range(1, len(transitions) + 2)])
@@ -393,4 +396,5 @@ def evolve_input_committed(ev: InputCommitted, state: SessionState, seq: int) ->
 
 
 def evolve_input_cleared(ev: InputCleared, state: SessionState, seq: int) -> SessionState:
-    return replace(state, buffer=InputBuffer(), vad=VadState(frame_fill=state.vad.frame_fill, frame_energy=state.vad.frame_energy))
+    vad = state.vad
+    return replace(state, buffer=InputBuffer(), vad=VadState(frame_fill=vad.frame_fill, frame_energy=vad.frame_energy, model_state=vad.model_state))

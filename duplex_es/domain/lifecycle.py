@@ -24,6 +24,7 @@ from duplex_es.domain.replace import replace
 from duplex_es.domain.responses import cancel_events
 from duplex_es.domain.rules import reject, shown
 from duplex_es.domain.state import SessionState, SessionStatus
+from duplex_es.domain.vad import DETECTORS, detector_unavailable
 from duplex_es.events import (
     Event,
     HeartbeatReceived,
@@ -87,11 +88,13 @@ _TD_CHECKS: dict[str, dict[str, tuple[Any, str]]] = {
             lambda v: v is None or (_IS_INT(v) and IDLE_TIMEOUT_RANGE_MS[0] <= v <= IDLE_TIMEOUT_RANGE_MS[1]),
             f"null or an integer in [{IDLE_TIMEOUT_RANGE_MS[0]}, {IDLE_TIMEOUT_RANGE_MS[1]}]",
         ),
+        "detector": (lambda v: v in DETECTORS, '"energy" or "silero"'),
     },
     "semantic_vad": {
         "eagerness": (lambda v: v in ("low", "medium", "high", "auto"), '"low", "medium", "high" or "auto"'),
         "create_response": (lambda v: isinstance(v, bool), "a boolean"),
         "interrupt_response": (lambda v: isinstance(v, bool), "a boolean"),
+        "detector": (lambda v: v in DETECTORS, '"energy" or "silero"'),
     },
 }
 
@@ -182,6 +185,9 @@ def decide_update_session(cmd: UpdateSession, state: SessionState) -> list[Event
             turn_detection, problem = merge_turn_detection(cfg.turn_detection, p.turn_detection)  # type: ignore[arg-type]
             if problem is not None:
                 return reject(cmd, Code.UNSUPPORTED_TURN_DETECTION, problem[1], problem[0])
+            why = detector_unavailable(turn_detection)
+            if why is not None:  # refused, not silently served by another detector
+                return reject(cmd, Code.SERVER_VAD_UNAVAILABLE, f"the {turn_detection.detector} detector cannot run on this server: {why}", f"{_TD}.detector")  # type: ignore[union-attr]
     if p.output_modalities is not UNSET and p.output_modalities not in (("audio",), ("text",)):
         return reject(
             cmd,

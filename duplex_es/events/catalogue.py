@@ -107,8 +107,10 @@ class TurnDetection:
     ``type`` is ``server_vad`` (an energy detector with ``threshold``, ``prefix_padding_ms`` and
     ``silence_duration_ms``) or ``semantic_vad`` (``eagerness`` sets how long a pause ends the
     turn, :data:`SEMANTIC_VAD_SILENCE_MS`; the other detector settings keep their defaults and
-    are not echoed). Durations are in ms of the input audio clock; ``threshold`` is in [0, 1]
-    (higher needs louder audio). ``idle_timeout_ms`` (``server_vad`` only; ``None``: off) starts
+    are not echoed). ``detector`` (a duplex_es extension, both types) picks what judges a frame
+    voiced: ``energy`` or ``silero``. Durations are in ms of the input audio clock;
+    ``threshold`` is in [0, 1] (higher needs louder audio, or for ``silero`` a higher speech
+    probability). ``idle_timeout_ms`` (``server_vad`` only; ``None``: off) starts
     a response once that much input audio passed without speech after the last response's
     audio ended.
     """
@@ -121,6 +123,9 @@ class TurnDetection:
     interrupt_response: bool = True
     idle_timeout_ms: Optional[int] = None
     eagerness: Optional[str] = None
+    #: The voice-activity detector (duplex_es extension): ``energy`` (the default and fallback)
+    #: or ``silero`` (the neural model, docs/protocol.md "Turn detection").
+    detector: str = "energy"
 
     @property
     def end_of_turn_silence_ms(self) -> int:
@@ -199,7 +204,10 @@ class VadState:
     ``silence_run``: consecutive unvoiced samples while speaking; ``item_id``: the user item the
     current speech will become. Frames are 10 ms of the input clock: ``frame_fill`` samples of
     the current frame have arrived, with ``frame_energy`` (sum of squared samples, full scale 1)
-    — so detection does not depend on how the client sized its appends.
+    — so detection does not depend on how the client sized its appends. ``model_state`` is what
+    the ``silero`` detector carries to the next append (its network's recurrent state, the
+    context and the samples of its unfinished 32 ms frame; base64, opaque:
+    ``duplex_es.audio.silero``); ``None`` for the energy detector.
     """
 
     speaking: bool = False
@@ -209,6 +217,7 @@ class VadState:
     item_id: Optional[str] = None
     frame_fill: int = 0
     frame_energy: float = 0.0
+    model_state: Optional[str] = None
 
 
 @attrs.frozen(kw_only=True)

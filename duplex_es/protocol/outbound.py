@@ -181,7 +181,7 @@ def _format_json(fmt: AudioFormat) -> dict[str, Any]:
 
 def turn_detection_json(td: Optional[TurnDetection]) -> Optional[dict[str, Any]]:
     """GA ``turn_detection``: ``server_vad`` with its detector settings, or ``semantic_vad`` with
-    ``eagerness``; ``None`` when off."""
+    ``eagerness``; both with duplex_es's ``detector`` (``energy`` or ``silero``); ``None`` when off."""
     if td is None:
         return None
     if td.type == "semantic_vad":
@@ -190,6 +190,7 @@ def turn_detection_json(td: Optional[TurnDetection]) -> Optional[dict[str, Any]]
             "eagerness": td.eagerness or "auto",
             "create_response": td.create_response,
             "interrupt_response": td.interrupt_response,
+            "detector": td.detector,
         }
     return {
         "type": td.type,
@@ -199,6 +200,7 @@ def turn_detection_json(td: Optional[TurnDetection]) -> Optional[dict[str, Any]]
         "create_response": td.create_response,
         "interrupt_response": td.interrupt_response,
         "idle_timeout_ms": td.idle_timeout_ms,
+        "detector": td.detector,
     }
 
 
