@@ -106,28 +106,38 @@ def unit_due(state: SessionState, request_id: Optional[str], *, epoch: Optional[
     """The next unit, if one is due (docs/duplex.md, "Units"), for a full-duplex session with
     no unit in flight (``request_id`` ``None``: nothing can be issued):
 
-    * at least one chunk period of input waits: a unit of all of it;
-    * else, one chunk period after the last unit (``now_ms``, the host's clock) while the
-      engine is mid-turn (:func:`wants_silence`): a unit of what input waits, or, with none, a
-      *silence unit* of one chunk period of quiet.
+    * at least one chunk period of input waits: a unit of the oldest waiting appends that make
+      one period (whole appends) — so a session's units are the same whatever the timing, and a
+      replay or a take-over after a crash hears the same units;
+    * else, while the engine is mid-turn (:func:`wants_silence`) and no input waits, a *silence
+      unit* of one chunk period of quiet, one period after the last unit (``now_ms``, the
+      host's clock); input that waits short of a period (a client that stopped mid-period) goes
+      in a unit of its own two periods after the last one.
     """
     d = state.duplex
     if request_id is None or not state.full_duplex or d.unit is not None:
         return []
     cfg = state.config
     assert cfg is not None
-    full = d.samples * 1000 >= cfg.chunk_period_ms * cfg.input_format.rate
-    if not full:
-        due = now_ms is not None and d.last_unit_ms is not None and now_ms >= d.last_unit_ms + cfg.chunk_period_ms
-        if not (due and wants_silence(state)):
+    period = cfg.chunk_period_ms * cfg.input_format.rate // 1000
+    take = len(d.pending)
+    if d.samples >= period:
+        got, take = 0, 0
+        while got < period:
+            got += d.segments[take].samples
+            take += 1
+    else:
+        waited = None if now_ms is None or d.last_unit_ms is None else now_ms - d.last_unit_ms
+        wait = cfg.chunk_period_ms * (2 if d.pending else 1)
+        if waited is None or waited < wait or not wants_silence(state):
             return []
     return [
         UnitIssued(
             request_id=request_id,
             epoch=state.epoch if epoch is None else epoch,
             chunk_index=d.next_unit,
-            applied_event_ids=d.pending,
-            audio=d.segments,
+            applied_event_ids=d.pending[:take],
+            audio=d.segments[:take],
             start_sample=d.pending_start if d.pending else state.input_clock,
             response_id=d.response_id,
             engine_state=d.engine_state,
@@ -144,7 +154,7 @@ def next_unit_due_ms(state: SessionState) -> Optional[int]:
     d = state.duplex
     if d.unit is not None or d.last_unit_ms is None or not wants_silence(state):
         return None
-    return d.last_unit_ms + state.config.chunk_period_ms  # type: ignore[union-attr]
+    return d.last_unit_ms + state.config.chunk_period_ms * (2 if d.pending else 1)  # type: ignore[union-attr]
 
 
 def overlap_events(state: SessionState, audio_start_ms: int, cancel: Callable[[SessionState, Response], list[Event]]) -> list[Event]:

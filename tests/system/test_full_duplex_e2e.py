@@ -9,6 +9,7 @@ decision."""
 from __future__ import annotations
 
 import base64
+import re
 import threading
 import time
 
@@ -103,3 +104,70 @@ def test_the_model_answers_by_itself_streams_the_users_words_and_barge_in_cancel
     assert set(applied) <= {a for a in range(1, len(events) + 1)} and len(applied) > len(appends) // 2
     decisions = [r.summary for r in rows if r.type == "duplex.unit.output"]
     assert any("listen" in d for d in decisions) and any("speak" in d for d in decisions)
+
+
+def _one_turn(url: str, tmp, worker_envs: list[dict]) -> dict:
+    """The fixture question streamed at real time into a full-duplex session served by workers
+    with ``worker_envs``; what the model heard and said, from the log."""
+    from duplex_es_tools.processes import free_port, start_server, start_worker, wait_healthy
+    from duplex_es.store import upgrade
+
+    db = Database(url)
+    upgrade(db)
+    db.dispose()
+    port = free_port()
+    server = start_server(url, port, tmp / "serve.log", [])
+    workers = [start_worker(url, tmp / f"worker{i}.log", ["--claim-ttl-ms", "1000"], env) for i, env in enumerate(worker_envs)]
+    try:
+        wait_healthy(port, server)
+        c = WsClient(port, model="duplex-es-duplex")
+        stop = threading.Event()
+        mic = threading.Thread(target=stream, args=(c, speech("weather_question_24k.wav") + silence(12.0), stop))
+        mic.start()
+        done = c.recv("response.done", 40)["response"]
+        stop.set()
+        mic.join()
+        session_id = c.session_id
+        c.close()
+    finally:
+        for w in workers:
+            w.stop()
+        server.stop()
+    events = events_of(url, session_id)
+    outputs = [e for e in events if isinstance(e, UnitOutput)]
+    log = EventLog(Database(url))
+    try:
+        state = replay(log, session_id).state
+        audit = audit_session(log, session_id)
+    finally:
+        log.db.dispose()
+    user = next(state.items[i] for i in state.item_order if state.items[i].role == "user")
+    return {
+        "status": done["status"],
+        "heard": user.transcript,
+        "said": "".join(o.text_delta for o in outputs),
+        "audio": b"".join(base64.b64decode(o.audio) for o in outputs if o.audio),
+        "audit": audit.ok,
+        "first_speak": next(o.chunk_index for o in outputs if o.audio),
+    }
+
+
+def test_a_worker_killed_mid_utterance_is_taken_over_and_the_conversation_is_the_same(tmp_path):
+    """A worker SIGKILLed while the user speaks (its 8th unit, after the engine stepped and
+    before the commit): another worker takes the session over from the log and the model hears
+    and says exactly what it does in a run without the kill."""
+    (tmp_path / "calm").mkdir()
+    (tmp_path / "kill").mkdir()
+    calm = _one_turn(f"sqlite:///{tmp_path / 'calm' / 'log.db'}", tmp_path / "calm", [{}])
+    killed = _one_turn(
+        f"sqlite:///{tmp_path / 'kill' / 'log.db'}", tmp_path / "kill", [{"DUPLEX_ES_CRASH_AT": "after_step:8"}, {}]
+    )
+    # Worker 0 died holding a claim (its last line), on a unit before the model spoke.
+    last = (tmp_path / "kill" / "worker0.log").read_text().strip().splitlines()[-1]
+    assert "claimed duplex" in last, last
+    died_at = int(re.search(r"chunk (\d+)", last).group(1))
+    assert died_at < killed["first_speak"]
+    assert calm["status"] == killed["status"] == "completed" and calm["audit"] and killed["audit"]
+    assert "weather" in calm["heard"]
+    assert (killed["heard"], killed["said"]) == (calm["heard"], calm["said"])
+    assert killed["audio"] == calm["audio"]
