@@ -105,7 +105,8 @@ def _history_entry(item: Item) -> HistoryEntry:
 def speech_inputs(state: SessionState, o: ResponseOptions, **fields: Any) -> SpeechInputs:
     """What the engine reads for a new response: the newest user item and the conversation as
     heard so far (assistant items hold only their heard prefix) — or, when the response has its
-    own ``input``, those items; ``fields`` are the response's effective settings."""
+    own ``input``, those items (inline ones with ``item_id`` ``""``; an inline function item
+    an entry of its type); ``fields`` are the response's effective settings."""
     cfg = state.config
     assert cfg is not None
     if o.input is None:
@@ -123,6 +124,12 @@ def speech_inputs(state: SessionState, o: ResponseOptions, **fields: Any) -> Spe
                 entries.append(_history_entry(item))
                 if item.role == "user":
                     reply_to, user_audio, user_text = item.id, item.audio, item.input_text
+                continue
+            if entry.type == "function_call":
+                entries.append(HistoryEntry(item_id="", role="assistant", text="", type="function_call", call_id=entry.call_id, name=entry.name, arguments=entry.arguments))
+                continue
+            if entry.type == "function_call_output":
+                entries.append(HistoryEntry(item_id="", role="tool", text="", type="function_call_output", call_id=entry.call_id, output=entry.output))
                 continue
             text = "".join(p.text for p in entry.content)
             samples = sum(_b64_len(p.audio) for p in entry.content) // per_sample
@@ -155,6 +162,10 @@ def _input_problem(state: SessionState, entries: tuple[ResponseInput, ...]) -> O
         if entry.item_id is not None:
             if entry.item_id not in state.items:
                 return Code.INPUT_ITEM_NOT_FOUND, f"response.input[{i}] names item {entry.item_id[:64]!r}, which does not exist", f"{path}.id"
+            continue
+        if entry.type in ("function_call", "function_call_output"):
+            # Checked when parsed; inline, it is only context: no call of the session is
+            # made or answered (so no call state is checked).
             continue
         problem = content_problem(entry.role or "", entry.content, path)
         if problem is None:

@@ -275,12 +275,19 @@ class FunctionCallChunk:
 @attrs.frozen(kw_only=True)
 class ResponseInput:
     """One entry of a ``response.create`` ``input``: a reference to a conversation item
-    (``item_id``), or an inline ``message`` item (``role`` and ``content``; it joins no
-    conversation)."""
+    (``item_id``), or an inline item, which joins no conversation and answers or makes no call
+    of the session (it is only the response's context): a ``message`` (``type`` ``None``,
+    ``role`` and ``content``), a ``function_call`` (``call_id``, ``name``, ``arguments`` as
+    JSON text) or a ``function_call_output`` (``call_id``, ``output``)."""
 
     item_id: Optional[str] = None
     role: Optional[str] = None
     content: tuple[ContentPart, ...] = ()
+    type: Optional[str] = None
+    call_id: Optional[str] = None
+    name: Optional[str] = None
+    arguments: Optional[str] = None
+    output: Optional[str] = None
 
 
 @attrs.frozen(kw_only=True)

@@ -508,7 +508,7 @@ def test_bad_session_settings_get_a_coded_error_naming_the_field_and_change_noth
         ({"metadata": {"k": 5}}, Code.INVALID_EVENT, "response.metadata"),
         ({"metadata": {f"k{i}": "v" for i in range(17)}}, Code.INVALID_EVENT, "response.metadata"),
         ({"input": [{"type": "item_reference"}]}, Code.INVALID_EVENT, "response.input[0].id"),
-        ({"input": [{"type": "function_call_output", "call_id": "c"}]}, Code.INVALID_EVENT, "response.input[0].call_id"),
+        ({"input": [{"type": "function_call_output", "output": "sunny"}]}, Code.INVALID_EVENT, "response.input[0].call_id"),
         ({"input": [5]}, Code.INVALID_EVENT, "response.input[0]"),
         ({"tool_choice": {"type": "function"}}, Code.INVALID_EVENT, "response.tool_choice"),
         ({"audio": {"output": {"speed": 0.1}}}, Code.INVALID_EVENT, "response.audio.output.speed"),
