@@ -60,7 +60,14 @@ def test_appends_are_acknowledged_only_when_the_session_asks(server, weather_pcm
     assert not [e for e in c.events if e["type"] == ACK]  # the default: as in OpenAI
 
     session = c.update(ON)
-    assert session["duplex"] == {"transcript_on_truncate": "heard_prefix", "acknowledge_appends": True}
+    assert session["duplex"] == {
+        "transcript_on_truncate": "heard_prefix",
+        "acknowledge_appends": True,
+        "mode": "turn_based",
+        "modes": ["turn_based"],
+        "chunk_period_ms": 200,
+        "overlap": "barge_in",
+    }
     for i, audio in enumerate(chunks(weather_pcm[48 * 60 :], 20, 10)):
         c.send({"type": "input_audio_buffer.append", "event_id": f"a-{i}", "audio": audio})
     c.send({"type": "input_audio_buffer.append", "audio": pcm_b64(40)})  # no event_id
