@@ -12,7 +12,7 @@ from typing import Any
 
 from duplex_es_tools.bench.histogram import Latencies
 
-__all__ = ["spoken_turns", "vad_appends", "world_blocks"]
+__all__ = ["spoken_turns", "vad_appends", "world_blocks", "reply_latency"]
 
 
 def spoken_turns(url: str, folder: Path, turns: int) -> dict[str, Any]:
@@ -116,4 +116,78 @@ def vad_appends(appends: int) -> dict[str, Any]:
         "events_per_s": None,
         **silero.summary_ms(),
         "note": f"energy detector in the same run: p50 {energy.percentile_ms(50)} ms, p99 {energy.percentile_ms(99)} ms",
+    }
+
+
+def _streamed_turn(port: int, model: str, pcm: bytes, speech_ms: int, tail_s: float) -> float:
+    """Stream ``pcm`` then ``tail_s`` of silence as a microphone does (20 ms appends at real
+    time) into a new session of ``model``; seconds from the end of the speech (its
+    ``speech_ms``-th ms sent) to the first reply audio delta."""
+    import base64
+    import json
+    import threading
+
+    from websockets.sync.client import connect
+
+    frame = 960  # 20 ms of PCM16 at 24 kHz
+    audio = pcm + bytes(int(24000 * tail_s) * 2)
+    first: list[float] = []
+    done = threading.Event()
+    with connect(f"ws://127.0.0.1:{port}/v1/realtime?model={model}", max_size=None) as ws:
+
+        def read() -> None:
+            for raw in ws:
+                kind = json.loads(raw)["type"]
+                if kind == "response.output_audio.delta" and not first:
+                    first.append(time.monotonic())
+                if kind == "response.done":
+                    done.set()
+                    return
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        start, ended_at = time.monotonic(), None
+        for i, at in enumerate(range(0, len(audio), frame)):
+            if done.is_set():
+                break
+            ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(audio[at : at + frame].ljust(frame, b"\0")).decode()}))
+            if ended_at is None and (i + 1) * 20 >= speech_ms:
+                ended_at = time.monotonic()
+            time.sleep(max(0.0, start + (i + 1) * 0.020 - time.monotonic()))
+        done.wait(30)
+    if not first or ended_at is None:
+        raise RuntimeError(f"{model}: no reply audio")
+    return first[0] - ended_at
+
+
+def reply_latency(url: str, folder: Path, turns: int) -> dict[str, Any]:
+    """From the end of the user's speech to the first reply audio (ms), streamed at real time
+    through ``serve`` + ``worker``: a full-duplex session (the model judges the end of the turn,
+    docs/duplex.md) beside a turn-based one with server VAD (it commits after 500 ms of
+    silence and starts the response), the same fixture question, ``turns`` turns each."""
+    from duplex_es_tools.conversation import default_audio, read_wav_pcm16
+    from duplex_es_tools.processes import free_port, start_server, start_worker, wait_healthy
+
+    pcm = read_wav_pcm16(default_audio())
+    speech_ms = len(pcm) // 48
+    folder.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    server = start_server(url, port, folder / "serve.log", ["--log-level", "WARNING"])
+    worker = start_worker(url, folder / "worker.log", ["--log-level", "WARNING"])
+    duplex, turn_based = Latencies(), Latencies()
+    try:
+        wait_healthy(port, server)
+        for _ in range(turns):
+            duplex.record_s(_streamed_turn(port, "duplex-es-duplex", pcm, speech_ms, 6.0))
+            turn_based.record_s(_streamed_turn(port, "gpt-realtime", pcm, speech_ms, 6.0))
+    finally:
+        worker.stop()
+        server.stop()
+    tb = turn_based.summary_ms()
+    return {
+        "measurement": "end of user speech → first reply audio, full duplex (streamed at real time)",
+        "n": turns,
+        "events_per_s": None,
+        **duplex.summary_ms(),
+        "note": f"turn-based with server VAD, same run: p50 {tb.get('p50_ms')} ms, p99 {tb.get('p99_ms')} ms",
     }

@@ -124,7 +124,7 @@ def _serving_rows(ctx: BenchContext, backends: Sequence[str], wanted: set[int], 
 
 
 def _extras(ctx: BenchContext, backends: Sequence[str]) -> list[dict[str, Any]]:
-    from duplex_es_tools.bench.extras import spoken_turns, vad_appends, world_blocks
+    from duplex_es_tools.bench.extras import reply_latency, spoken_turns, vad_appends, world_blocks
 
     out = []
     for b in backends:
@@ -138,6 +138,12 @@ def _extras(ctx: BenchContext, backends: Sequence[str]) -> list[dict[str, Any]]:
             out.append(turns())
         except Exception as exc:  # noqa: BLE001
             out.append({"measurement": "spoken turn", "backend": b, "note": f"failed: {type(exc).__name__}: {exc}"})
+    ctx.say("extra (sqlite): end of speech → first reply audio, full duplex beside turn-based")
+    try:
+        with ctx.fresh("sqlite", "latency") as bdb:
+            out.append({**reply_latency(bdb.url, ctx.folder / "latency", 1 if ctx.quick else 5), "backend": "sqlite", "durability": ctx.durability.get("sqlite", "")})
+    except Exception as exc:  # noqa: BLE001 - the report says what failed
+        out.append({"measurement": "end of user speech → first reply audio", "backend": "sqlite", "note": f"failed: {type(exc).__name__}: {exc}"})
     ctx.say("extra: world blocks on the CPU")
     out.append(world_blocks(3 if ctx.quick else 10))
     ctx.say("extra: server VAD per append, Silero beside energy")

@@ -109,3 +109,12 @@ def test_the_vad_figure_measures_silero_beside_energy_in_the_same_run():
     fig = vad_appends(100)
     assert (fig["n"], fig["backend"]) == (100, "cpu") and 0 < fig["p50_ms"] <= fig["p99_ms"]
     assert fig["note"].startswith("energy detector in the same run: p50 ")
+
+
+@pytest.mark.slow
+def test_the_reply_latency_figure_measures_full_duplex_beside_turn_based(tmp_path: Path):
+    from duplex_es_tools.bench.extras import reply_latency
+
+    fig = reply_latency(f"sqlite:///{tmp_path / 'l.db'}", tmp_path / "run", 1)
+    assert fig["n"] == 1 and fig["p50_ms"] is not None and fig["p50_ms"] < 5000
+    assert "turn-based with server VAD, same run: p50" in fig["note"]
