@@ -18,7 +18,8 @@ backend runs them all.
   comes from one consistent snapshot.
 * **Fences hold to the commit.** Rows an append reads to check a fence or a claim stay as read
   until it commits (:attr:`Backend.share_lock`, :meth:`Backend.lock_rows`).
-* **A claim is taken once.** :meth:`Backend.claim_tick` hands a tick to one worker at a time.
+* **A claim is taken once.** :meth:`Backend.claim_ticks` hands a tick to one worker at a time,
+  and never two ticks of one session in one claim.
 * **Wake-ups are hints.** A :class:`Listener` may miss a notification; callers re-read after
   every wait, so a backend without notifications only polls.
 """
@@ -44,10 +45,11 @@ __all__ = [
     "Listener",
     "Transactions",
     "driver_connection",
-    "pick_tick_sql",
+    "pick_ticks_params",
+    "pick_ticks_sql",
 ]
 
-#: What :meth:`Backend.claim_tick` returns for the tick it claimed: ``(request_id, session_id,
+#: What :meth:`Backend.claim_ticks` returns for each tick it claimed: ``(request_id, session_id,
 #: seq, kind, attempts, type, version, data)`` — the ``ticks`` row after the claim and the
 #: stored ``tick.issued`` event it mirrors (``type``, ``version``, ``data`` as in ``events``).
 ClaimedRow = tuple[str, str, int, str, int, str, int, str]
@@ -69,14 +71,32 @@ def driver_connection(conn: Connection) -> Any:
     return conn.connection.dbapi_connection
 
 
-def pick_tick_sql(n_kinds: int) -> str:
-    """``SELECT request_id`` of the oldest tick (by position) that is pending or whose claim ran
-    out, among ``n_kinds`` kinds; ``?`` placeholders: the current time (µs), then the kinds.
-    Backends wrap it in their claim statement (:meth:`Backend.claim_tick`)."""
+def _claimable(alias: str, marks: str) -> str:
+    return f"({alias}.status = 'pending' OR ({alias}.status = 'claimed' AND {alias}.claimed_until_us < ?)) AND {alias}.kind IN ({marks})"
+
+
+def pick_ticks_sql(n_kinds: int, n_excluded: int = 0) -> str:
+    """``SELECT request_id`` of the ticks one claim takes, oldest (by position) first: a tick
+    is claimable when it is pending or its claim ran out and it is of one of ``n_kinds`` kinds,
+    and only the oldest claimable tick of each session may be picked, so a claim of many ticks
+    takes at most one per session (one session's backlog cannot fill a batch, and the ticks of
+    one session are started in log order); ``n_excluded`` sessions (those a worker's batch
+    already holds a tick of) are left out. The alias of the picked rows is ``t`` (for ``FOR
+    UPDATE OF t``). Placeholders: :func:`pick_ticks_params`. Backends wrap it in their claim
+    statement (:meth:`Backend.claim_ticks`)."""
     marks = ", ".join("?" * n_kinds)
-    return f"""SELECT request_id FROM ticks
-                   WHERE (status = 'pending' OR (status = 'claimed' AND claimed_until_us < ?)) AND kind IN ({marks})
-                   ORDER BY position LIMIT 1"""
+    excluded = f" AND t.session_id NOT IN ({', '.join('?' * n_excluded)})" if n_excluded else ""
+    return f"""SELECT t.request_id FROM ticks AS t
+                   WHERE {_claimable("t", marks)}{excluded}
+                     AND NOT EXISTS (SELECT 1 FROM ticks AS o
+                                     WHERE o.session_id = t.session_id AND o.position < t.position
+                                       AND {_claimable("o", marks)})
+                   ORDER BY t.position LIMIT ?"""
+
+
+def pick_ticks_params(now_us: int, kinds: Sequence[str], limit: int, excluded: Sequence[str] = ()) -> tuple:
+    """The parameters of :func:`pick_ticks_sql`, in its placeholders' order."""
+    return (now_us, *kinds, *excluded, now_us, *kinds, limit)
 
 
 @attrs.frozen
@@ -105,7 +125,7 @@ class EngineOptions:
 
 
 class Transactions(Protocol):
-    """What :meth:`Backend.claim_tick` needs of the database (:class:`~duplex_es.store.Database`
+    """What :meth:`Backend.claim_ticks` needs of the database (:class:`~duplex_es.store.Database`
     provides it; named here so that backend modules do not import ``database``)."""
 
     engine: Engine
@@ -254,20 +274,33 @@ class Backend(abc.ABC):
         ``index_elements`` exists; the caller may add ``.returning(...)`` (no row: it existed)."""
 
     @abc.abstractmethod
-    def claim_tick(
-        self, db: Transactions, *, kinds: Sequence[str], now_us: int, token: str, worker_id: str, until_us: int
-    ) -> Optional[ClaimedRow]:
-        """Claim the tick :func:`pick_tick_sql` selects and return it, or ``None`` if none is
-        claimable.
+    def claim_ticks(
+        self,
+        db: Transactions,
+        *,
+        kinds: Sequence[str],
+        now_us: int,
+        token: str,
+        worker_id: str,
+        until_us: int,
+        limit: int,
+        exclude_sessions: Sequence[str] = (),
+    ) -> list[ClaimedRow]:
+        """Claim up to ``limit`` ticks, those :func:`pick_ticks_sql` selects, in one statement,
+        and return them in position order (empty if none is claimable).
 
         The claim sets ``status = 'claimed'``, ``claim_token = token``, ``claimed_by =
-        worker_id``, ``claimed_until_us = until_us`` and adds one to ``attempts``, atomically:
-        two concurrent claims never take the same tick.
+        worker_id``, ``claimed_until_us = until_us`` and adds one to ``attempts`` on each,
+        atomically: two concurrent claims never take the same tick, and one claim takes at
+        most one tick per session. Concurrent claims need not wait for each other (a tick
+        another claim is taking may be skipped; the caller claims again later).
 
         Args:
             db: the database (for its transactions and engine).
             kinds: the tick kinds the worker can run (at least one).
             now_us: the current time (µs since the Unix epoch); claims older than it are expired.
+            limit: the most ticks to claim (at least 1).
+            exclude_sessions: sessions none of whose ticks may be claimed.
         """
 
     def open_listener(self, url: str, channel: str) -> Listener:

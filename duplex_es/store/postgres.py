@@ -6,8 +6,8 @@
   (claims, ownership, snapshots) use row locks only.
 * An append share-locks the ``session_owners`` rows it checks (``FOR SHARE``), so a concurrent
   move of the session waits for it; a claim commit locks its ``ticks`` row (``FOR UPDATE``).
-* Workers claim with one autocommit ``UPDATE … FOR UPDATE SKIP LOCKED … RETURNING``: concurrent
-  workers never wait on, or take, each other's tick (docs/sources.md, "PostgreSQL: SKIP LOCKED").
+* Workers claim a batch of ticks with one autocommit ``UPDATE … FOR UPDATE SKIP LOCKED …
+  RETURNING``: concurrent workers never wait on, or take, each other's ticks (docs/sources.md, "PostgreSQL: SKIP LOCKED").
 * Wake-ups are ``LISTEN``/``NOTIFY``: statement-level triggers (migration 0003) notify at commit.
 """
 
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.engine import Engine
 
-from duplex_es.store.backend import Backend, ClaimedRow, EngineOptions, Transactions, driver_connection, pick_tick_sql
+from duplex_es.store.backend import Backend, ClaimedRow, EngineOptions, Transactions, driver_connection, pick_ticks_params, pick_ticks_sql
 
 __all__ = ["APPEND_LOCK_KEY", "PostgresBackend", "PostgresListener"]
 
@@ -90,21 +90,36 @@ class PostgresBackend(Backend):
     def insert_or_nothing(self, table: sa.Table, index_elements: Sequence[str], **values: Any) -> Any:
         return pg_dialect.insert(table).values(**values).on_conflict_do_nothing(index_elements=list(index_elements))
 
-    def claim_tick(
-        self, db: Transactions, *, kinds: Sequence[str], now_us: int, token: str, worker_id: str, until_us: int
-    ) -> Optional[ClaimedRow]:
-        """One autocommit round trip picks, claims and reads the tick; the pick runs under
-        ``FOR UPDATE SKIP LOCKED``, so concurrent workers never wait on, or take, each other's."""
-        pick = self.sql(pick_tick_sql(len(kinds)))
-        sql = f"""UPDATE ticks SET status = 'claimed', claim_token = %s, claimed_by = %s, claimed_until_us = %s,
+    def claim_ticks(
+        self,
+        db: Transactions,
+        *,
+        kinds: Sequence[str],
+        now_us: int,
+        token: str,
+        worker_id: str,
+        until_us: int,
+        limit: int,
+        exclude_sessions: Sequence[str] = (),
+    ) -> list[ClaimedRow]:
+        """One autocommit round trip picks, claims and reads the ticks. The pick locks the rows
+        it takes with ``FOR UPDATE OF t SKIP LOCKED``, so concurrent workers never wait on, or
+        take, each other's; a row another claim changed meanwhile is re-checked against the
+        pick's conditions before it is locked (PostgreSQL re-evaluates them on the newest
+        version), so a tick just claimed elsewhere is not taken. ``MATERIALIZED`` makes the pick
+        run exactly once (a pick re-run inside the join could lock other rows than it returns)."""
+        pick = self.sql(pick_ticks_sql(len(kinds), len(exclude_sessions)))
+        sql = f"""WITH picked AS MATERIALIZED ({pick} FOR UPDATE OF t SKIP LOCKED)
+                  UPDATE ticks SET status = 'claimed', claim_token = %s, claimed_by = %s, claimed_until_us = %s,
                       attempts = ticks.attempts + 1
                   FROM events
-                  WHERE ticks.request_id = ({pick} FOR UPDATE SKIP LOCKED)
+                  WHERE ticks.request_id IN (SELECT request_id FROM picked)
                     AND events.session_id = ticks.session_id AND events.seq = ticks.seq
-                  RETURNING ticks.request_id, ticks.session_id, ticks.seq, ticks.kind, ticks.attempts,
+                  RETURNING ticks.position, ticks.request_id, ticks.session_id, ticks.seq, ticks.kind, ticks.attempts,
                             events.type, events.version, events.data"""
         with db.engine.connect() as conn:
-            return driver_connection(conn).execute(sql, (token, worker_id, until_us, now_us, *kinds)).fetchone()
+            rows = driver_connection(conn).execute(sql, (*pick_ticks_params(now_us, kinds, limit, exclude_sessions), token, worker_id, until_us)).fetchall()
+        return [tuple(r[1:]) for r in sorted(rows)]  # type: ignore[misc]
 
     def open_listener(self, url: str, channel: str) -> "PostgresListener":
         return PostgresListener(url, channel)
