@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import psycopg
 import sqlalchemy as sa

@@ -16,7 +16,7 @@ import contextlib
 import sqlite3
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sqlite_dialect
