@@ -254,7 +254,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     )
 
     def stop(signum: int, _frame: object) -> None:
-        logging.getLogger(__name__).info("signal %d: stopping after the current tick", signum)
+        logging.getLogger(__name__).info("signal %d: stopping after the current batch of ticks", signum)
         worker.stopping.set()
 
     signal.signal(signal.SIGTERM, stop)

@@ -45,8 +45,7 @@ __all__ = [
     "Listener",
     "Transactions",
     "driver_connection",
-    "pick_ticks_params",
-    "pick_ticks_sql",
+    "pick_ticks",
 ]
 
 #: What :meth:`Backend.claim_ticks` returns for each tick it claimed: ``(request_id, session_id,
@@ -75,28 +74,33 @@ def _claimable(alias: str, marks: str) -> str:
     return f"({alias}.status = 'pending' OR ({alias}.status = 'claimed' AND {alias}.claimed_until_us < ?)) AND {alias}.kind IN ({marks})"
 
 
-def pick_ticks_sql(n_kinds: int, n_excluded: int = 0) -> str:
-    """``SELECT request_id`` of the ticks one claim takes, oldest (by position) first: a tick
-    is claimable when it is pending or its claim ran out and it is of one of ``n_kinds`` kinds,
-    and only the oldest claimable tick of each session may be picked, so a claim of many ticks
-    takes at most one per session (one session's backlog cannot fill a batch, and the ticks of
-    one session are started in log order); ``n_excluded`` sessions (those a worker's batch
-    already holds a tick of) are left out. The alias of the picked rows is ``t`` (for ``FOR
-    UPDATE OF t``). Placeholders: :func:`pick_ticks_params`. Backends wrap it in their claim
-    statement (:meth:`Backend.claim_ticks`)."""
-    marks = ", ".join("?" * n_kinds)
-    excluded = f" AND t.session_id NOT IN ({', '.join('?' * n_excluded)})" if n_excluded else ""
-    return f"""SELECT t.request_id FROM ticks AS t
-                   WHERE {_claimable("t", marks)}{excluded}
-                     AND NOT EXISTS (SELECT 1 FROM ticks AS o
-                                     WHERE o.session_id = t.session_id AND o.position < t.position
-                                       AND {_claimable("o", marks)})
-                   ORDER BY t.position LIMIT ?"""
+def pick_ticks(now_us: int, kinds: Sequence[str], limit: int, exclude_sessions: Sequence[str] = ()) -> tuple[str, tuple]:
+    """The ``SELECT request_id`` of the ticks one claim takes, with its parameters (``?``
+    placeholders). Backends wrap it in their claim statement (:meth:`Backend.claim_ticks`),
+    or state the same rule in a form their planner runs well.
 
-
-def pick_ticks_params(now_us: int, kinds: Sequence[str], limit: int, excluded: Sequence[str] = ()) -> tuple:
-    """The parameters of :func:`pick_ticks_sql`, in its placeholders' order."""
-    return (now_us, *kinds, *excluded, now_us, *kinds, limit)
+    The rule: a tick is claimable when it is pending or its claim ran out (before ``now_us``)
+    and it is of one of ``kinds``; only the oldest claimable tick of each session may be
+    picked, so a claim of many ticks takes at most one per session (one session's backlog
+    cannot fill a batch, and a session's ticks start in log order); sessions in
+    ``exclude_sessions`` (those a worker's batch already holds a tick of) are left out; of
+    what remains, the ``limit`` oldest by position. The picked rows' alias is ``t``.
+    """
+    marks = ", ".join("?" * len(kinds))
+    if limit == 1 and not exclude_sessions:
+        # The oldest claimable tick of all is its session's oldest: no grouping needed.
+        sql = f"SELECT t.request_id FROM ticks AS t WHERE {_claimable('t', marks)} ORDER BY t.position LIMIT 1"
+        return sql, (now_us, *kinds)
+    excluded = f" AND t.session_id NOT IN ({', '.join('?' * len(exclude_sessions))})" if exclude_sessions else ""
+    # Each session's oldest claimable tick, found by one grouped pass over the claimable rows
+    # (which the status index finds) rather than a lookup per candidate: a correlated
+    # ``NOT EXISTS`` made a claim quadratic in the ticks waiting.
+    sql = f"""SELECT t.request_id FROM ticks AS t
+                  WHERE {_claimable("t", marks)}{excluded}
+                    AND t.position IN (SELECT MIN(o.position) FROM ticks AS o
+                                       WHERE {_claimable("o", marks)} GROUP BY o.session_id)
+                  ORDER BY t.position LIMIT {int(limit)}"""
+    return sql, (now_us, *kinds, *exclude_sessions, now_us, *kinds)
 
 
 @attrs.frozen
@@ -286,7 +290,7 @@ class Backend(abc.ABC):
         limit: int,
         exclude_sessions: Sequence[str] = (),
     ) -> list[ClaimedRow]:
-        """Claim up to ``limit`` ticks, those :func:`pick_ticks_sql` selects, in one statement,
+        """Claim up to ``limit`` ticks, those :func:`pick_ticks` selects, in one statement,
         and return them in position order (empty if none is claimable).
 
         The claim sets ``status = 'claimed'``, ``claim_token = token``, ``claimed_by =

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.engine import Engine
 
-from duplex_es.store.backend import Backend, ClaimedRow, EngineOptions, Transactions, driver_connection, pick_ticks_params, pick_ticks_sql
+from duplex_es.store.backend import Backend, ClaimedRow, EngineOptions, Transactions, driver_connection
 
 __all__ = ["APPEND_LOCK_KEY", "PostgresBackend", "PostgresListener"]
 
@@ -102,23 +102,39 @@ class PostgresBackend(Backend):
         limit: int,
         exclude_sessions: Sequence[str] = (),
     ) -> list[ClaimedRow]:
-        """One autocommit round trip picks, claims and reads the ticks. The pick locks the rows
-        it takes with ``FOR UPDATE OF t SKIP LOCKED``, so concurrent workers never wait on, or
-        take, each other's; a row another claim changed meanwhile is re-checked against the
-        pick's conditions before it is locked (PostgreSQL re-evaluates them on the newest
-        version), so a tick just claimed elsewhere is not taken. ``MATERIALIZED`` makes the pick
-        run exactly once (a pick re-run inside the join could lock other rows than it returns)."""
-        pick = self.sql(pick_ticks_sql(len(kinds), len(exclude_sessions)))
-        sql = f"""WITH picked AS MATERIALIZED ({pick} FOR UPDATE OF t SKIP LOCKED)
+        """One autocommit round trip picks, claims and reads the ticks, by the rule of
+        :func:`~duplex_es.store.backend.pick_ticks`, in steps the planner cannot turn quadratic (with a fresh or
+        stale table it chose nested loops over the claimable rows, hundreds of ms for a
+        thousand waiting sessions): each session's oldest claimable tick (``DISTINCT ON``,
+        one sort of the rows the status index finds), the oldest ``limit`` of those, then
+        those rows locked by primary key with ``FOR UPDATE SKIP LOCKED``, so concurrent
+        workers never wait on, or take, each other's. A row another claim changed meanwhile is
+        re-checked before it is locked (PostgreSQL re-evaluates the conditions on its newest
+        version), so a tick just claimed elsewhere is not taken, and its session's next tick is
+        not either (it was not its session's first). ``MATERIALIZED`` runs each step once."""
+        marks = ", ".join(["%s"] * len(kinds))
+        claimable = "({a}.status = 'pending' OR ({a}.status = 'claimed' AND {a}.claimed_until_us < %s)) AND {a}.kind IN (" + marks + ")"
+        excluded = f" AND o.session_id NOT IN ({', '.join(['%s'] * len(exclude_sessions))})" if exclude_sessions else ""
+        sql = f"""WITH firsts AS MATERIALIZED (
+                      SELECT DISTINCT ON (o.session_id) o.request_id, o.position, o.session_id FROM ticks AS o
+                      WHERE {claimable.format(a="o")}
+                      ORDER BY o.session_id, o.position),
+                  chosen AS MATERIALIZED (
+                      SELECT request_id FROM firsts AS o WHERE TRUE{excluded} ORDER BY position LIMIT %s),
+                  picked AS MATERIALIZED (
+                      SELECT t.request_id FROM ticks AS t
+                      WHERE t.request_id = ANY(ARRAY(SELECT request_id FROM chosen)) AND {claimable.format(a="t")}
+                      FOR UPDATE OF t SKIP LOCKED)
                   UPDATE ticks SET status = 'claimed', claim_token = %s, claimed_by = %s, claimed_until_us = %s,
                       attempts = ticks.attempts + 1
                   FROM events
-                  WHERE ticks.request_id IN (SELECT request_id FROM picked)
+                  WHERE ticks.request_id = ANY(ARRAY(SELECT request_id FROM picked))
                     AND events.session_id = ticks.session_id AND events.seq = ticks.seq
                   RETURNING ticks.position, ticks.request_id, ticks.session_id, ticks.seq, ticks.kind, ticks.attempts,
                             events.type, events.version, events.data"""
+        params = (now_us, *kinds, *exclude_sessions, limit, now_us, *kinds, token, worker_id, until_us)
         with db.engine.connect() as conn:
-            rows = driver_connection(conn).execute(sql, (*pick_ticks_params(now_us, kinds, limit, exclude_sessions), token, worker_id, until_us)).fetchall()
+            rows = driver_connection(conn).execute(sql, params).fetchall()
         return [tuple(r[1:]) for r in sorted(rows)]  # type: ignore[misc]
 
     def open_listener(self, url: str, channel: str) -> "PostgresListener":

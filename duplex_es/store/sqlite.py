@@ -30,8 +30,7 @@ from duplex_es.store.backend import (
     Transactions,
     WriteLockBusy,
     driver_connection,
-    pick_ticks_params,
-    pick_ticks_sql,
+    pick_ticks,
 )
 
 if TYPE_CHECKING:
@@ -174,8 +173,7 @@ class SqliteBackend(Backend):
         processes never take the same tick. SQLite's ``RETURNING`` cannot name another table
         and returns rows in no set order, so the ticks' events are read by a second statement
         and the rows sorted by position here."""
-        pick = pick_ticks_sql(len(kinds), len(exclude_sessions))
-        params = pick_ticks_params(now_us, kinds, limit, exclude_sessions)
+        pick, params = pick_ticks(now_us, kinds, limit, exclude_sessions)
         with db.read() as conn:
             if driver_connection(conn).execute(pick, params).fetchone() is None:
                 return []

@@ -45,7 +45,10 @@ def _now_us() -> int:
 
 @attrs.frozen
 class Claim:
-    """A worker's hold on one tick until ``claimed_until_us`` (µs since the Unix epoch)."""
+    """A worker's hold on one tick until ``claimed_until_us`` (µs since the Unix epoch).
+
+    The claims of one :meth:`TickQueue.claim_batch` share their ``token``; a claim is the pair
+    (``request_id``, ``token``), so each tick of a batch is still fenced on its own."""
 
     request_id: str
     session_id: str
