@@ -252,3 +252,42 @@ def test_the_worker_command_steps_batches_of_the_size_asked(tmp_path: Path):
         done = next(e for e in wire[sid] if e["type"] == "response.done")["response"]
         assert done["status"] == "completed" and _text(wire[sid]).startswith("[batch of 3] ")
     db.dispose()
+
+
+@pytest.mark.invariant("I6")
+def test_a_worker_killed_between_stepping_and_committing_a_batch_loses_nothing(tmp_path: Path):
+    """A ``--batch-size 8`` worker SIGKILLs itself after stepping the batch of three sessions'
+    first ticks, before committing it (``DUPLEX_ES_CRASH_AT=after_step``). Its claims run out
+    (600 ms) and a second worker takes the whole batch over: every tick is answered exactly
+    once, on its second attempt, and every response completes."""
+    url = f"sqlite:///{tmp_path / 'killed.db'}"
+    db = Database(url)
+    upgrade(db)
+    log = EventLog(db)
+    path = os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
+    args = ["--batch-size", "8", "--claim-ttl-ms", "600", "--engine-plugin", "plugins:BatchedSpeech"]
+
+    async def scenario(sessions: DuplexSessions, clients: Clients) -> tuple[list[str], list[str]]:
+        sids = [await clients.ask(f"hello {i}") for i in range(3)]
+        first = [r.event.request_id for sid in sids for r in log.read_session(sid) if isinstance(r.event, TickIssued)]
+        doomed = start_worker(url, tmp_path / "doomed.log", [*args, "--worker-id", "doomed"], env={"PYTHONPATH": path, "DUPLEX_ES_CRASH_AT": "after_step"})
+        await clients.until(lambda: not doomed.alive(), "the first worker to die after its step", timeout=60)
+        doomed.stop()
+        assert all(TickQueue(log).status(rid)["status"] == "claimed" for rid in first)
+        heir = start_worker(url, tmp_path / "heir.log", [*args, "--worker-id", "heir"], env={"PYTHONPATH": path})
+        try:
+            await clients.until(lambda: all(clients.done(s) for s in sids), "every response.done", timeout=60)
+        finally:
+            heir.stop()
+        return sids, first
+
+    sids, first = _run(scenario, db)
+    for rid in first:
+        row = TickQueue(log).status(rid)
+        assert row["status"] == "done" and row["attempts"] == 2 and row["claimed_by"] == "heir"
+    for sid in sids:
+        answers = [r.event.request_id for r in _answers(log, sid)]
+        assert len(answers) == len(set(answers)) == 2  # two chunks, each answered once
+        report = audit_session(log, sid)
+        assert report.ok, report.violations
+    db.dispose()
