@@ -5,17 +5,22 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CLIENTS_STAMP := $(VENV)/.clients-installed-stamp
 DB     ?=
+# Server VAD's neural model: the silero-vad wheel for its bundled ONNX file only, without the torch
+# it declares (onnxruntime, from the extra `vad`, runs it): pyproject.toml, extra `vad`.
+SILERO := silero-vad==6.2.3
 
 .PHONY: install demo test serve worker bench chaos postgres clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test,tools]"
+	$(BIN)/python -m pip install --quiet -e ".[test,tools,vad]"
+	$(BIN)/python -m pip install --quiet --no-deps $(SILERO)
 	@touch $(STAMP)
 
 ## install: create .venv and install duplex_es, its tooling (demo, chaos, bench, loadgen: the extra
-## `tools`, which the runtime does not need) and its test tools (only what is missing)
+## `tools`, which the runtime does not need), its test tools and server VAD's neural model (the extra
+## `vad` and silero-vad without its torch dependency) — only what is missing
 install: $(STAMP)
 
 ## demo: speak the fixture question through serve + worker on a new SQLite file; show replay and audit

@@ -10,6 +10,10 @@ from duplex_es.domain import evolve, kind_of, new_state
 from duplex_es.domain.world import world_verdict
 from duplex_es.events import (
     CommandDeduplicated,
+    OverlapDecided,
+    UnitFailed,
+    UnitIssued,
+    UnitOutput,
     TimeoutTriggered,
     TranscriptionCompleted,
     TranscriptionFailed,
@@ -130,6 +134,11 @@ def _call_chunk(ev: TickOutput, arguments: Optional[str]) -> str:
     return shown
 
 
+def _seq_span(seqs: tuple[int, ...]) -> str:
+    """A unit's appends, short: ``[12]``, ``[12..21] (10)``."""
+    return f"[{seqs[0]}]" if len(seqs) == 1 else f"[{seqs[0]}..{seqs[-1]}] ({len(seqs)})"
+
+
 def _function_item(ev: ItemCreated) -> str:
     if ev.type == "function_call":
         return f"function_call {ev.call_id}: {ev.name}({_clip(ev.arguments or '', 80)})"
@@ -193,6 +202,20 @@ def summarize(ev: Event, *, call_arguments: Optional[str] = None) -> str:
         )
     if isinstance(ev, TickFailed):
         return f"request={ev.request_id} chunk={ev.chunk_index} {ev.code}: {ev.message[:60]}"
+    if isinstance(ev, UnitIssued):
+        heard = f"appends={_seq_span(ev.applied_event_ids)}" if ev.applied_event_ids else f"silence={ev.silence_ms} ms"
+        return f"unit={ev.chunk_index} request={ev.request_id} epoch={ev.epoch} {heard}" + (f" turn={ev.response_id}" if ev.response_id else "")
+    if isinstance(ev, UnitOutput):
+        if ev.audio or ev.text_delta:
+            what = f"speak audio={len(ev.audio) * 3 // 4} bytes text={ev.text_delta[:30]!r}" + (" end_of_turn" if ev.end_of_turn else "")
+        else:
+            what = f"listen ({ev.listen_reason})"
+        heard = f" heard+={ev.user_transcript_delta[:40]!r}" if ev.user_transcript_delta else ""
+        return f"unit={ev.chunk_index} {what}{heard}"
+    if isinstance(ev, UnitFailed):
+        return f"unit={ev.chunk_index} {ev.code}: {ev.message[:60]}"
+    if isinstance(ev, OverlapDecided):
+        return f"{ev.decision} ({ev.reason}) over {ev.response_id} at {ev.audio_start_ms} ms"
     if isinstance(ev, EpochAdvanced):
         return f"epoch={ev.epoch} reason={ev.reason} cancelled={list(ev.cancelled_request_ids)} discarded={list(ev.discarded_event_ids)}"
     if isinstance(ev, ResponseDone):

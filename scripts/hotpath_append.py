@@ -1,6 +1,6 @@
 """CPU per 20 ms audio append through the protocol and the domain — ``parse_frame``, ``decide``,
-``evolve``, ``project``; no I/O — with server VAD off and on, with and without a client
-``event_id``. The per-command path every append takes in the server, minus the transport and
+``evolve``, ``project``; no I/O — with server VAD off, on with the energy detector and on with
+Silero's network (``turn_detection.detector``), with and without a client ``event_id``. The per-command path every append takes in the server, minus the transport and
 the log.
 
     .venv/bin/python scripts/hotpath_append.py
@@ -33,9 +33,11 @@ def apply(state: SessionState, command: object) -> SessionState:
     return state
 
 
-def run(vad: bool, event_ids: bool, n: int = 20_000) -> float:
+def run(vad: str, event_ids: bool, n: int = 20_000) -> float:
+    """µs per append with server VAD ``vad`` (``off``, ``energy`` or ``silero``)."""
     state = apply(SessionState(), OpenSession(session_id="sess_hot", model="m"))
-    state = apply(state, UpdateSession(patch=SessionPatch(turn_detection={"type": "server_vad"} if vad else None)))
+    td = None if vad == "off" else {"type": "server_vad", "detector": vad}
+    state = apply(state, UpdateSession(patch=SessionPatch(turn_detection=td)))
     audio = base64.b64encode(b"\x10\x00" * 480).decode()  # 20 ms of quiet PCM16 at 24 kHz
     frames = [json.dumps({"type": "input_audio_buffer.append", **({"event_id": f"e{i}"} if event_ids else {}), "audio": audio}) for i in range(n)]
     start = time.perf_counter()
@@ -47,7 +49,7 @@ def run(vad: bool, event_ids: bool, n: int = 20_000) -> float:
 
 
 if __name__ == "__main__":
-    for vad in (False, True):
+    for vad in ("off", "energy", "silero"):
         for ids in (False, True):
             best = min(run(vad, ids) for _ in range(3))
-            print(f"server VAD {'on ' if vad else 'off'}, event_id {'yes' if ids else 'no '}: {best:5.1f} µs per append")
+            print(f"server VAD {vad:6}, event_id {'yes' if ids else 'no '}: {best:6.1f} µs per append")

@@ -229,7 +229,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     keys = _chain_keys(args)
     db = _open_db(args)
     kinds = {k for e in engines for k in e.kinds}
-    if args.engine in ("speech", "all") and not {"speech", "transcription"} <= kinds:
+    if args.engine in ("speech", "all") and not {"speech", "transcription", "duplex"} <= kinds:
         from duplex_es.worker.speech.asr import Recognizer
         from duplex_es.worker.speech.engine import CascadeSpeechEngine, PocketsphinxTranscriber
 
@@ -238,6 +238,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
             engines.append(CascadeSpeechEngine(chunk_ms=args.chunk_ms, recognizer=recognizer))
         if "transcription" not in kinds:
             engines.append(PocketsphinxTranscriber(recognizer))
+        if "duplex" not in kinds:
+            from duplex_es.worker.speech.duplex import FullDuplexEngine
+
+            engines.append(FullDuplexEngine(recognizer))
     if args.engine in ("world", "all") and "world" not in kinds:
         from duplex_es.worker.world.engine import WorldEngine
 

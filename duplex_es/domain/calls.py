@@ -6,8 +6,9 @@ tick outputs: the first chunk of a ``call_id`` opens a ``function_call`` item, l
 to its JSON arguments, the ``done`` one completes them. The client runs the tool and answers
 with a ``function_call_output`` item naming the ``call_id``; the next response's engine sees
 the call and its output in the history. Each call is made once and answered at most once per
-session; a call whose response was cancelled (a barge-in during its arguments, a
-``response.cancel``) or failed is never answered (its tool must not run).
+session; a call its response's end cut short (a barge-in during its arguments, a
+``response.cancel``, a failure) is never answered (its tool must not run), while a call whose
+arguments were done stays answerable whatever happens to its response later.
 
 The rules an engine's chunk must keep (:func:`chunk_problem`) make a broken engine fail its
 response with ``invalid_engine_function_call`` instead of sending a client a call it cannot
@@ -94,7 +95,7 @@ def decide_function_item(cmd: CreateItem, state: SessionState, created: ItemCrea
         return reject(
             cmd,
             Code.FUNCTION_CALL_CANCELLED,
-            f"call {shown_id!r} belongs to response {call.response_id}, which was cancelled before the call was done; its tool must not run",
+            f"call {shown_id!r} was cut short: its response {call.response_id} ended before the call's arguments were done; its tool must not run",
             "item.call_id",
         )
     if call.status != "completed":
@@ -219,13 +220,10 @@ def apply_chunk(state: SessionState, ev: TickOutput, resp: Response) -> tuple[Se
 
 
 def end_calls(state: SessionState, resp: Response, status: str) -> SessionState:
-    """A response ended with ``status``: its calls whose arguments were not done are cancelled,
-    and so are all of them when it was cancelled or failed."""
-    ended = {
-        cid: replace(call, status="cancelled")
-        for cid, call in state.calls.items()
-        if call.response_id == resp.id and (status in ("cancelled", "failed") or call.status == "in_progress")
-    }
+    """A response ended (with ``status``): its calls whose arguments were not done are
+    cancelled — their tools must not run. A call already done stays answerable whatever the
+    response's end: clients run a tool as soon as its call is done."""
+    ended = {cid: replace(call, status="cancelled") for cid, call in state.calls.items() if call.response_id == resp.id and call.status == "in_progress"}
     return replace(state, calls={**state.calls, **ended}) if ended else state
 
 

@@ -92,7 +92,8 @@ class OpenSession:
     """Create the session (the host sends it when a connection opens a new session);
     ``model`` is the name the client asked for, ``engine`` the engine serving it (``""``: the
     model's own name); ``resume_token_hash`` is the digest of the resume token issued with it;
-    ``principal`` the name of the principal opening it (``None``: anonymous).
+    ``principal`` the name of the principal opening it (``None``: anonymous); ``full_duplex``:
+    its engine is full-duplex, so the session starts in ``full_duplex`` mode (docs/duplex.md).
     Turn detection starts as OpenAI's default (``server_vad``)."""
 
     session_id: str
@@ -100,6 +101,7 @@ class OpenSession:
     engine: str = ""
     resume_token_hash: Optional[str] = None
     principal: Optional[str] = None
+    full_duplex: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -138,6 +140,9 @@ class SessionPatch:
     reasoning: object = UNSET
     parallel_tool_calls: object = UNSET  # bool
     temperature: object = UNSET  # float
+    turn_mode: object = UNSET  # "turn_based" | "full_duplex"
+    chunk_period_ms: object = UNSET  # int
+    overlap: object = UNSET  # "barge_in" | "listen"
 
 
 @attrs.frozen(kw_only=True)

@@ -39,9 +39,12 @@ class Code:
     VOICE_UPDATE_AFTER_AUDIO = "voice_update_after_audio_unsupported"
     UNSUPPORTED_AUDIO_FORMAT = "unsupported_audio_format"
     UNSUPPORTED_TURN_DETECTION = "unsupported_turn_detection"
+    SERVER_VAD_UNAVAILABLE = "server_vad_unavailable"  # vLLM-Omni's code: the selected detector cannot run here
     UNSUPPORTED_MODALITIES = "unsupported_output_modalities"
     UNSUPPORTED_VOICE = "unsupported_voice"
     INSTRUCTIONS_TOO_LONG = "instructions_too_long"
+    FULL_DUPLEX_UNSUPPORTED = "full_duplex_unsupported"  # duplex.mode full_duplex on a turn-based engine
+    TURN_MODE_BUSY = "turn_mode_change_busy"  # duplex.mode changed while a response runs or input waits
     LOG_UNAVAILABLE = "log_unavailable"  # the log could not store the command: nothing applied, retry
 
     # Input.
@@ -107,6 +110,7 @@ ERROR_TYPES: dict[str, str] = {
     Code.ENGINE_FAILED: "server_error",
     Code.INVALID_FUNCTION_CALL: "server_error",
     Code.LOG_UNAVAILABLE: "server_error",
+    Code.SERVER_VAD_UNAVAILABLE: "server_error",
     Code.SESSION_OPEN_FAILED: "server_error",
     Code.SESSION_RESUME_FAILED: "server_error",
 }

@@ -20,6 +20,7 @@ from typing import Optional
 from duplex_es.audio import decode_to_pcm16
 from duplex_es.domain.audio import ms_of, samples_of
 from duplex_es.domain.commands import AppendAudio, AppendText, CancelInput, ClearInput, Commit, CreateResponse, VadIds
+from duplex_es.domain.duplex import add_pending, overlap_events
 from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_BUFFER_MS, MAX_INPUT_TEXT_CHARS, MIN_COMMIT_MS
 from duplex_es.domain.replace import replace
@@ -27,7 +28,7 @@ from duplex_es.domain.responses import cancel_events, retire_frozen, start_respo
 from duplex_es.domain.rules import Fold, put_item, reject
 from duplex_es.domain.state import InputBuffer, Item, SessionState
 from duplex_es.domain.transcription import transcription_request
-from duplex_es.domain.vad import FRAME_MS, detect
+from duplex_es.domain.vad import FRAME_MS, DetectorUnavailable, detect
 from duplex_es.events import (
     AudioAppended,
     CommandRejected,
@@ -135,8 +136,18 @@ def decide_append_audio(cmd: AppendAudio, state: SessionState, fold: Fold) -> li
             f"would pass its {MAX_BUFFER_MS // 1000} s: commit or clear it first",
             "audio",
         )
+    if state.full_duplex and (state.duplex.samples + samples) * 1000 > MAX_BUFFER_MS * fmt.rate:
+        return reject(
+            cmd,
+            Code.BUFFER_FULL,
+            f"{state.duplex.samples * 1000 // fmt.rate} ms of audio wait for the model already; {samples * 1000 // fmt.rate} ms more "
+            f"would pass {MAX_BUFFER_MS // 1000} s: no worker is answering",
+            "audio",
+        )
     td = cfg.turn_detection
     appended = AudioAppended(client_event_id=cmd.event_id, audio=cmd.audio, samples=samples, start_sample=state.input_clock)
+    if state.full_duplex:
+        return _duplex_append(cmd, state, fold, appended)
     if td is None or cmd.vad_ids is None:
         return [appended]
     buffer_start = state.buffer.start_sample if not state.buffer.empty else state.input_clock
@@ -145,7 +156,10 @@ def decide_append_audio(cmd: AppendAudio, state: SessionState, fold: Fold) -> li
     frame = max(1, fmt.rate * FRAME_MS // 1000)
     if before.frame_fill != state.input_clock % frame:  # VAD was off: re-align frames to the clock
         before = replace(before, frame_fill=state.input_clock % frame, frame_energy=0.0)
-    vad, transitions = detect(before, pcm, state.input_clock, fmt.rate, td, buffer_start)
+    try:
+        vad, transitions = detect(before, pcm, state.input_clock, fmt.rate, td, buffer_start)
+    except DetectorUnavailable as e:  # only a session moved to a server without the model
+        return reject(cmd, Code.SERVER_VAD_UNAVAILABLE, f"the {td.detector} detector cannot run on this server: {e}", "session.audio.input.turn_detection.detector")
     ids = cmd.vad_ids
     # Each utterance in one append needs its own item id; later ones derive from the first.
     fresh = iter([ids.item_id] + [f"{ids.item_id}_{n}" for n in range(1, len(transitions) + 2)])
@@ -188,6 +202,40 @@ def decide_append_audio(cmd: AppendAudio, state: SessionState, fold: Fold) -> li
     # The logged VAD state names the utterance still in progress at the end of the append.
     events[0] = replace(appended, vad=replace(vad, item_id=current if vad.speaking else None))
     return events
+
+
+def _duplex_append(cmd: AppendAudio, state: SessionState, fold: Fold, appended: AudioAppended) -> list[Event]:
+    """An append to a full-duplex session (docs/duplex.md): server VAD still reports speech
+    (no commit, no response: the model decides), speech over the model's turn goes through the
+    overlap policy; the pump that follows issues a unit once one is due."""
+    cfg = state.config
+    assert cfg is not None
+    td, fmt = cfg.turn_detection, cfg.input_format
+    events: list[Event] = [appended]
+    ids = cmd.vad_ids
+    if td is not None and ids is not None:
+        pcm = decode_to_pcm16(base64.b64decode(cmd.audio), fmt.type)
+        before = state.vad
+        frame = max(1, fmt.rate * FRAME_MS // 1000)
+        if before.frame_fill != state.input_clock % frame:
+            before = replace(before, frame_fill=state.input_clock % frame, frame_energy=0.0)
+        vad, transitions = detect(before, pcm, state.input_clock, fmt.rate, td, state.input_clock)
+        fresh = iter([ids.item_id] + [f"{ids.item_id}_{n}" for n in range(1, len(transitions) + 2)])
+        current = state.vad.item_id
+        trial = fold(state, events)
+        for t in transitions:
+            at = ms_of(t.sample, fmt.rate)
+            if t.kind == "started":
+                current = next(fresh)
+                batch: list[Event] = [SpeechStarted(audio_start_ms=at, item_id=current)]
+                batch += overlap_events(trial, at, lambda st, resp: cancel_events(st, [resp], cause="barge_in", reason="turn_detected"))
+            else:
+                batch = [SpeechStopped(audio_end_ms=at, item_id=current or next(fresh))]
+                current = None
+            trial = fold(trial, batch)
+            events += batch
+        events[0] = replace(appended, vad=replace(vad, item_id=current if vad.speaking else None))
+    return events  # the host's pump issues the unit once one is due (domain/duplex.unit_due)
 
 
 def _idle_deadline(state: SessionState, samples: int) -> Optional[int]:
@@ -279,6 +327,9 @@ def _buffered(state: SessionState) -> tuple[int, ...]:
 
 
 def evolve_audio_appended(ev: AudioAppended, state: SessionState, seq: int) -> SessionState:
+    if state.full_duplex:  # it waits for the next unit, not for a commit
+        state = add_pending(state, seq, ev.samples, ev.start_sample)
+        return replace(state, input_clock=state.input_clock + ev.samples, vad=ev.vad or _NO_VAD, seq=seq)
     buf = state.buffer
     start = buf.start_sample if not buf.empty else ev.start_sample
     buf = replace(
@@ -345,4 +396,5 @@ def evolve_input_committed(ev: InputCommitted, state: SessionState, seq: int) ->
 
 
 def evolve_input_cleared(ev: InputCleared, state: SessionState, seq: int) -> SessionState:
-    return replace(state, buffer=InputBuffer(), vad=VadState(frame_fill=state.vad.frame_fill, frame_energy=state.vad.frame_energy))
+    vad = state.vad
+    return replace(state, buffer=InputBuffer(), vad=VadState(frame_fill=vad.frame_fill, frame_energy=vad.frame_energy, model_state=vad.model_state))

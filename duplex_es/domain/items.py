@@ -98,7 +98,11 @@ def decide_truncate_item(cmd: TruncateItem, state: SessionState) -> list[Event]:
             cmd, Code.TRUNCATE_INVALID_ITEM, f"Error truncating item: the item with id '{cmd.item_id[:64]}' does not exist.", "item_id"
         )
     if item.role != "assistant" or item.content_type != "output_audio":
-        what = f"a {item.role} {item.content_type.replace('_', ' ')} item"
+        if item.type != "message":
+            what = f"a {item.type} item"
+        else:
+            kind = f"{item.role} {item.content_type.replace('_', ' ')}"
+            what = f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind} item"
         return reject(
             cmd, Code.TRUNCATE_UNSUPPORTED_CONTENT, f"Only model output audio messages can be truncated; item {item.id} is {what}", "item_id"
         )

@@ -8,13 +8,14 @@ evolvers) live in ``lease``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import attrs
 
 from duplex_es.audio import is_supported
-from duplex_es.domain.commands import UNSET, CloseSession, OpenSession, Detach, Expire, Heartbeat, Resume, TurnSignal, UpdateSession
+from duplex_es.domain.commands import UNSET, CloseSession, OpenSession, Detach, Expire, Heartbeat, Resume, TurnSignal, UpdateSession, SessionPatch
 from duplex_es.domain.content import tool_choice_problem
+from duplex_es.domain.duplex import CHUNK_PERIOD_RANGE_MS, OVERLAP_POLICIES, TURN_MODES
 from duplex_es.domain.errors import Code
 from duplex_es.domain.input import end_speech
 from duplex_es.domain.lease import grace_still_running_out, resume_events, with_token
@@ -23,6 +24,7 @@ from duplex_es.domain.replace import replace
 from duplex_es.domain.responses import cancel_events
 from duplex_es.domain.rules import reject, shown
 from duplex_es.domain.state import SessionState, SessionStatus
+from duplex_es.domain.vad import DETECTORS, detector_unavailable
 from duplex_es.events import (
     Event,
     HeartbeatReceived,
@@ -86,11 +88,13 @@ _TD_CHECKS: dict[str, dict[str, tuple[Any, str]]] = {
             lambda v: v is None or (_IS_INT(v) and IDLE_TIMEOUT_RANGE_MS[0] <= v <= IDLE_TIMEOUT_RANGE_MS[1]),
             f"null or an integer in [{IDLE_TIMEOUT_RANGE_MS[0]}, {IDLE_TIMEOUT_RANGE_MS[1]}]",
         ),
+        "detector": (lambda v: v in DETECTORS, '"energy" or "silero"'),
     },
     "semantic_vad": {
         "eagerness": (lambda v: v in ("low", "medium", "high", "auto"), '"low", "medium", "high" or "auto"'),
         "create_response": (lambda v: isinstance(v, bool), "a boolean"),
         "interrupt_response": (lambda v: isinstance(v, bool), "a boolean"),
+        "detector": (lambda v: v in DETECTORS, '"energy" or "silero"'),
     },
 }
 
@@ -127,6 +131,8 @@ def open_session(cmd: OpenSession) -> list[Event]:
     """A speech session's first event. Turn detection starts as OpenAI's default (server VAD),
     which clients expect."""
     config = SessionConfig(model=cmd.model, engine=cmd.engine or cmd.model, turn_detection=TurnDetection())
+    if cmd.full_duplex:
+        config = replace(config, turn_mode="full_duplex", turn_modes=("turn_based", "full_duplex"))
     return [SessionOpened(session_id=cmd.session_id, config=config, resume_token_hash=cmd.resume_token_hash, principal=cmd.principal)]
 
 
@@ -179,6 +185,9 @@ def decide_update_session(cmd: UpdateSession, state: SessionState) -> list[Event
             turn_detection, problem = merge_turn_detection(cfg.turn_detection, p.turn_detection)  # type: ignore[arg-type]
             if problem is not None:
                 return reject(cmd, Code.UNSUPPORTED_TURN_DETECTION, problem[1], problem[0])
+            why = detector_unavailable(turn_detection)
+            if why is not None:  # refused, not silently served by another detector
+                return reject(cmd, Code.SERVER_VAD_UNAVAILABLE, f"the {turn_detection.detector} detector cannot run on this server: {why}", f"{_TD}.detector")  # type: ignore[union-attr]
     if p.output_modalities is not UNSET and p.output_modalities not in (("audio",), ("text",)):
         return reject(
             cmd,
@@ -216,6 +225,9 @@ def decide_update_session(cmd: UpdateSession, state: SessionState) -> list[Event
         )
     if p.acknowledge_appends is not UNSET and not isinstance(p.acknowledge_appends, bool):
         return reject(cmd, Code.INVALID_EVENT, "acknowledge_appends must be a boolean", "session.duplex.acknowledge_appends")
+    refused = _duplex_problem(p, state)
+    if refused is not None:
+        return reject(cmd, *refused)
     changes = {
         f.name: getattr(p, f.name)
         for f in attrs.fields(type(p))
@@ -229,6 +241,35 @@ def decide_update_session(cmd: UpdateSession, state: SessionState) -> list[Event
     not_applied = tuple(path for name, path in NOT_APPLIED_SETTINGS.items() if getattr(p, name) is not UNSET)
     ending = end_speech(state) if turn_detection is None else []
     return ending + [SessionUpdated(client_event_id=cmd.event_id, config=new, model_relevant=relevant, not_applied=not_applied)]
+
+
+def _duplex_problem(p: SessionPatch, state: SessionState) -> Optional[tuple[str, str, str]]:
+    """Why the patch's full-duplex settings cannot apply: ``(code, message, param)`` or
+    ``None`` (docs/duplex.md, "Settings")."""
+    cfg = state.config
+    assert cfg is not None
+    if p.turn_mode is not UNSET and p.turn_mode != cfg.turn_mode:
+        if p.turn_mode not in TURN_MODES:
+            return Code.INVALID_EVENT, f"duplex.mode must be one of {', '.join(TURN_MODES)}; got {shown(p.turn_mode)}", "session.duplex.mode"
+        if p.turn_mode not in cfg.turn_modes:
+            return (
+                Code.FULL_DUPLEX_UNSUPPORTED,
+                f"engine {cfg.engine or cfg.model!r} is not full-duplex; use a full-duplex model (such as 'duplex-es-duplex')",
+                "session.duplex.mode",
+            )
+        busy = state.active_response is not None or not state.buffer.empty or state.duplex.unit is not None or state.duplex.pending
+        if busy:
+            return (
+                Code.TURN_MODE_BUSY,
+                "duplex.mode changes only while no response runs and no input waits (commit or clear the buffer, let the model finish)",
+                "session.duplex.mode",
+            )
+    low, high = CHUNK_PERIOD_RANGE_MS
+    if p.chunk_period_ms is not UNSET and not (isinstance(p.chunk_period_ms, int) and not isinstance(p.chunk_period_ms, bool) and low <= p.chunk_period_ms <= high):
+        return Code.INVALID_EVENT, f"duplex.chunk_period_ms must be an integer in {low}..{high}; got {shown(p.chunk_period_ms)}", "session.duplex.chunk_period_ms"
+    if p.overlap is not UNSET and p.overlap not in OVERLAP_POLICIES:
+        return Code.INVALID_EVENT, f"duplex.overlap must be one of {', '.join(OVERLAP_POLICIES)}; got {shown(p.overlap)}", "session.duplex.overlap"
+    return None
 
 
 def decide_heartbeat(cmd: Heartbeat, state: SessionState) -> list[Event]:

@@ -14,6 +14,7 @@ from typing import Any, Optional, Union
 from duplex_es.audio import is_supported
 from duplex_es.domain.calls import apply_chunk, chunk_problem, end_calls, function_history_entry
 from duplex_es.domain.commands import BargeIn, CancelResponse, ClearOutputAudio, CreateResponse, Pump, ResponseOptions
+from duplex_es.domain.duplex import requeue, unit_due
 from duplex_es.domain.content import content_problem, size_problem, tool_choice_problem
 from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_INSTRUCTIONS_CHARS, MAX_OUT_OF_BAND_RESPONSES, VOICES
@@ -104,7 +105,8 @@ def _history_entry(item: Item) -> HistoryEntry:
 def speech_inputs(state: SessionState, o: ResponseOptions, **fields: Any) -> SpeechInputs:
     """What the engine reads for a new response: the newest user item and the conversation as
     heard so far (assistant items hold only their heard prefix) — or, when the response has its
-    own ``input``, those items; ``fields`` are the response's effective settings."""
+    own ``input``, those items (inline ones with ``item_id`` ``""``; an inline function item
+    an entry of its type); ``fields`` are the response's effective settings."""
     cfg = state.config
     assert cfg is not None
     if o.input is None:
@@ -122,6 +124,12 @@ def speech_inputs(state: SessionState, o: ResponseOptions, **fields: Any) -> Spe
                 entries.append(_history_entry(item))
                 if item.role == "user":
                     reply_to, user_audio, user_text = item.id, item.audio, item.input_text
+                continue
+            if entry.type == "function_call":
+                entries.append(HistoryEntry(item_id="", role="assistant", text="", type="function_call", call_id=entry.call_id, name=entry.name, arguments=entry.arguments))
+                continue
+            if entry.type == "function_call_output":
+                entries.append(HistoryEntry(item_id="", role="tool", text="", type="function_call_output", call_id=entry.call_id, output=entry.output))
                 continue
             text = "".join(p.text for p in entry.content)
             samples = sum(_b64_len(p.audio) for p in entry.content) // per_sample
@@ -154,6 +162,10 @@ def _input_problem(state: SessionState, entries: tuple[ResponseInput, ...]) -> O
         if entry.item_id is not None:
             if entry.item_id not in state.items:
                 return Code.INPUT_ITEM_NOT_FOUND, f"response.input[{i}] names item {entry.item_id[:64]!r}, which does not exist", f"{path}.id"
+            continue
+        if entry.type in ("function_call", "function_call_output"):
+            # Checked when parsed; inline, it is only context: no call of the session is
+            # made or answered (so no call state is checked).
             continue
         problem = content_problem(entry.role or "", entry.content, path)
         if problem is None:
@@ -303,6 +315,9 @@ def cancel_events(
     live = [t for t in state.ticks.values() if t.response_id in ids]
     discarded = {s for t in live for s in t.applied_event_ids}
     cancelled = tuple(t.request_id for t in live)
+    if state.duplex.unit is not None:
+        # A full-duplex unit in flight is fenced too; its appends wait for the next unit.
+        cancelled += (state.duplex.unit,)
     if discard_pending:
         discarded |= set(state.unapplied)
         cancelled += tuple(state.transcriptions)  # the session ends: nobody will read them
@@ -400,7 +415,7 @@ def decide_pump(cmd: Pump, state: SessionState) -> list[Event]:
         elif resp.final_seen:
             status = "incomplete" if resp.incomplete_reason else "completed"
             events.append(ResponseDone(response_id=resp.id, status=status, reason=resp.incomplete_reason))
-        elif resp.tick_in_flight is None:
+        elif resp.tick_in_flight is None and not resp.by_units:
             request_id = next(ids, None)
             if request_id is None:
                 break  # the host pumps again after this batch
@@ -414,6 +429,8 @@ def decide_pump(cmd: Pump, state: SessionState) -> list[Event]:
                     inputs=resp.inputs,
                 )
             )
+    if state.full_duplex:
+        events += unit_due(state, next(ids, None), epoch=epoch, now_ms=cmd.now_ms)
     return events
 
 
@@ -565,7 +582,7 @@ def evolve_epoch_advanced(ev: EpochAdvanced, state: SessionState, seq: int) -> S
     transcriptions = state.transcriptions
     if dead & transcriptions.keys():
         transcriptions = {k: v for k, v in transcriptions.items() if k not in dead}
-    return replace(
+    state = replace(
         state,
         epoch=ev.epoch,
         ticks={k: v for k, v in state.ticks.items() if k not in dead},
@@ -573,6 +590,8 @@ def evolve_epoch_advanced(ev: EpochAdvanced, state: SessionState, seq: int) -> S
         unapplied=tuple(s for s in state.unapplied if s not in discarded),
         transcriptions=transcriptions,
     )
+    # A full-duplex unit of an older epoch is dead whether or not it was named.
+    return requeue(state) if state.duplex.unit is not None else state
 
 
 def evolve_output_audio_cleared(ev: OutputAudioCleared, state: SessionState, seq: int) -> SessionState:

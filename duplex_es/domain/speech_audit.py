@@ -21,6 +21,9 @@ only for verdicts and for what a transcription names.
   item, and no ``call_id`` is made twice; a call's later chunks come from its own response, name
   its function and stop at its ``done`` chunk; every ``function_call_output`` item answers a call of this
   session made earlier in the log whose arguments were complete, and no call is answered twice;
+* **units** — in a full-duplex session every append is applied by exactly one committed unit,
+  in log order, each answer echoing its unit; only appends after the last committed unit may be
+  left over;
 * **fold** — an event the reducer cannot fold at all (a forged one) is reported, and the audit
   goes on with the state before it.
 """
@@ -32,6 +35,7 @@ from typing import Optional, Sequence
 import attrs
 
 from duplex_es.domain.kind import Evolve, TickAudit, Violation
+from duplex_es.domain.duplex import unit_verdict
 from duplex_es.domain.responses import classify_output
 from duplex_es.domain.state import SessionState
 from duplex_es.events import (
@@ -48,6 +52,10 @@ from duplex_es.events import (
     TranscriptionCompleted,
     TranscriptionFailed,
     TranscriptionRequested,
+    AudioAppended,
+    UnitFailed,
+    UnitIssued,
+    UnitOutput,
 )
 
 __all__ = ["audit_speech"]
@@ -71,6 +79,7 @@ def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: E
     transcribed: dict[str, int] = {}  # request_id -> seq of its output
     closed = False
     calls = _ToolCalls()
+    units = _Units()
     state = SessionState()
     for seq, ev in events:
         relevant = getattr(ev, "model_relevant", True) and getattr(ev, "in_conversation", True)
@@ -150,12 +159,21 @@ def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: E
             transcribed[ev.request_id] = seq
         elif isinstance(ev, ItemCreated):  # logged only when accepted (refusals are command.rejected)
             bad.extend(calls.item(seq, ev))
+        elif isinstance(ev, AudioAppended):
+            units.appends.append(seq)
+        elif isinstance(ev, UnitIssued):
+            bad.extend(units.issued(seq, ev))
+        elif isinstance(ev, (UnitOutput, UnitFailed)):
+            bad.extend(units.answered(seq, ev, session_id, unit_verdict(state, ev).accepted))
         elif isinstance(ev, SessionClosed):
             closed = True
+        opened_by_unit = state.duplex.response_id
         try:
             state = evolve(state, seq, ev)
         except Exception as exc:  # a forged event the reducer cannot take: report it, audit on
             bad.append(Violation("fold", seq, f"the reducer cannot fold this {ev.TYPE} ({type(exc).__name__}: {exc})"))
+        if isinstance(ev, UnitOutput) and opened_by_unit is None and state.duplex.response_id is not None:
+            created[state.duplex.response_id] = seq  # a full-duplex model opened its turn
 
     for rid, (seq, t) in ticks.items():
         if t.applied_event_ids and rid not in committed and rid not in cancelled and closed:
@@ -168,6 +186,7 @@ def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: E
     for rid, seq in created.items():
         if rid not in done and closed:
             bad.append(Violation("responses", seq, f"response {rid} never got response.done"))
+    bad.extend(units.finish())
     for rid, (seq, item_id) in transcriptions.items():
         if closed and rid not in transcribed and rid not in cancelled:
             bad.append(Violation("transcriptions", seq, f"transcription {rid} of {item_id} neither answered nor cancelled in a closed session"))
@@ -250,3 +269,55 @@ class _ToolCalls:
             cut = f"its response {call.response_id} ended {self.ended[call.response_id]}" if call.response_id in self.ended else "they were still streaming"
             return [Violation("tool_calls", seq, f"output item {ev.item_id} answers call {ev.call_id}, whose arguments never completed ({cut})")]
         return []
+
+
+@attrs.define
+class _Units:
+    """The full-duplex rule (docs/duplex.md, "Units"), recomputed from the events: every
+    append is applied by exactly one committed unit, in log order — a unit applies appends
+    logged before it, after everything earlier committed units applied; a cancelled unit's
+    appends are applied by a later one. Only appends after the last committed unit may be
+    left over (the session ended or the model is still hearing them)."""
+
+    appends: list[int] = attrs.Factory(list)
+    units: dict[str, tuple[int, UnitIssued]] = attrs.Factory(dict)
+    applied: dict[int, str] = attrs.Factory(dict)  # append seq -> committed unit
+    answers: dict[str, int] = attrs.Factory(dict)  # unit -> seq of its answer
+
+    def issued(self, seq: int, ev: UnitIssued) -> list[Violation]:
+        if ev.request_id in self.units:
+            return [Violation("units", seq, f"unit {ev.request_id} issued twice")]
+        self.units[ev.request_id] = (seq, ev)
+        ids = list(ev.applied_event_ids)
+        known = set(self.appends)
+        if ids != sorted(set(ids)) or not set(ids) <= known:
+            return [Violation("units", seq, f"unit {ev.request_id} applies {ids[:8]}, not increasing seqs of appends logged before it")]
+        return []
+
+    def answered(self, seq: int, ev: UnitOutput | UnitFailed, session_id: str, accepted: bool) -> list[Violation]:
+        issued = self.units.get(ev.request_id)
+        if issued is None:
+            return [Violation("units", seq, f"answer to unknown unit {ev.request_id}")]
+        u = issued[1]
+        bad = []
+        if (ev.session_id, ev.epoch, ev.chunk_index, tuple(ev.applied_event_ids)) != (session_id, u.epoch, u.chunk_index, tuple(u.applied_event_ids)):
+            bad.append(Violation("units", seq, f"answer does not echo unit {ev.request_id}"))
+        if ev.request_id in self.answers:
+            bad.append(Violation("units", seq, f"unit {ev.request_id} answered twice (first at seq {self.answers[ev.request_id]})"))
+        self.answers[ev.request_id] = seq
+        if not accepted:
+            return bad
+        last = max(self.applied, default=0)
+        for a in u.applied_event_ids:
+            if a in self.applied:
+                bad.append(Violation("units", seq, f"append {a} applied twice: by {self.applied[a]} and {ev.request_id}"))
+            elif a < last:
+                bad.append(Violation("units", seq, f"append {a} applied after later append {last}"))
+            self.applied[a] = ev.request_id
+        return bad
+
+    def finish(self) -> list[Violation]:
+        if not self.units:
+            return []  # a turn-based session: appends are committed into items instead
+        last = max(self.applied, default=0)
+        return [Violation("units", a, f"append {a} was never applied, yet later appends were") for a in self.appends if a < last and a not in self.applied]

@@ -18,6 +18,7 @@ __all__ = [
     "InputBuffer",
     "Item",
     "Call",
+    "DuplexState",
     "Response",
     "Tick",
     "Lease",
@@ -167,8 +168,8 @@ class Call:
 
     ``item_id`` is its ``function_call`` item; ``response_id`` the response whose engine made
     it (``None``: a client created it). ``status`` is ``in_progress`` while its arguments
-    stream, ``completed`` once they are done, ``cancelled`` when its response ended cancelled or
-    failed, or ended before the arguments were done (its tool must not run).
+    stream, ``completed`` once they are done, ``cancelled`` when its response ended before they
+    were done (its tool must not run).
     ``output_item_id`` is the ``function_call_output`` item that answered it (at most one).
     Calls are never forgotten, so a call_id is made and answered once per session.
     """
@@ -194,6 +195,8 @@ class Response:
     ``usage`` the tokens its engine reported, summed over its ticks; ``started_at_sample`` the
     input clock when it was created (the idle timeout counts from its audio's end);
     ``input_audio_ms`` / ``input_text_chars`` the user input its first tick gave the engine.
+    ``by_units``: a full-duplex model's turn, advanced by the session's units, not by ticks of
+    its own.
     ``status_reason`` is its ``status_details.reason`` once it ended, and ``status_error_code``
     the real cause GA's reason cannot name (``session_expired``, ``session_closed``, or a failed
     response's error code).
@@ -231,6 +234,7 @@ class Response:
     started_at_sample: int = 0
     input_audio_ms: int = 0
     input_text_chars: int = 0
+    by_units: bool = False
 
     @property
     def sent_ms(self) -> int:
@@ -295,6 +299,43 @@ class Lease:
 
 
 @attrs.frozen(kw_only=True)
+class DuplexState:
+    """A full-duplex session's input pipeline (docs/duplex.md).
+
+    ``pending`` are the appends no unit applied yet (their seqs and ``segments``, ``samples``
+    long, from clock sample ``pending_start``); ``unit`` the unit in flight (its request id,
+    applied seqs, segments and start); ``next_unit`` the next unit's index; ``engine_state``
+    what the engine's last committed output left; ``response_id`` the model's open turn.
+    The user's current utterance — what the model heard since its last turn — is
+    ``turn_audio`` (segments), ``turn_transcript`` (the engine's deltas) and becomes user item
+    ``turn_item_id`` when the model starts to speak. ``processed`` counts the appends answered
+    by ``input_audio_buffer.processed`` so far. ``last_unit_ms`` is when the last unit was
+    issued (host clock, Unix ms), ``silent_units`` the silence units since the last real input,
+    ``continue_turn`` whether the engine's last answer asked to be stepped on without input.
+    """
+
+    pending: tuple[int, ...] = ()
+    segments: tuple[AudioSegment, ...] = ()
+    samples: int = 0
+    pending_start: int = 0
+    unit: Optional[str] = None
+    unit_epoch: int = 0
+    unit_seqs: tuple[int, ...] = ()
+    unit_segments: tuple[AudioSegment, ...] = ()
+    unit_start: int = 0
+    next_unit: int = 0
+    engine_state: Optional[dict[str, Any]] = None
+    response_id: Optional[str] = None
+    turn_audio: tuple[AudioSegment, ...] = ()
+    turn_transcript: str = ""
+    turn_item_id: Optional[str] = None
+    processed: int = 0
+    last_unit_ms: Optional[int] = None
+    silent_units: int = 0
+    continue_turn: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class SessionState:
     """The whole derived state of one session after its event ``seq``.
 
@@ -333,6 +374,12 @@ class SessionState:
     transcriptions: dict[str, str] = attrs.Factory(dict)
     idle_since_sample: Optional[int] = None
     calls: dict[str, Call] = attrs.Factory(dict)
+    duplex: DuplexState = DuplexState()
+
+    @property
+    def full_duplex(self) -> bool:
+        """True when the model hears the input continuously (``turn_mode: full_duplex``)."""
+        return self.config is not None and self.config.turn_mode == "full_duplex"
 
     @property
     def active_response(self) -> Optional[Response]:

@@ -6,6 +6,8 @@ from duplex_es.events.catalogue import *  # noqa: F401,F403
 from duplex_es.events.catalogue import __all__ as _catalogue_all
 from duplex_es.events.world import *  # noqa: F401,F403
 from duplex_es.events.world import __all__ as _world_all
+from duplex_es.events.duplex import *  # noqa: F401,F403
+from duplex_es.events.duplex import __all__ as _duplex_all
 from duplex_es.events.ticks import TickAnswer, TickCanceller, TickIdentity, TickRequest
 from duplex_es.events.codec import (
     EventDecodeError,
@@ -38,4 +40,5 @@ __all__ = [
     "TickRequest",
     *_catalogue_all,
     *_world_all,
+    *_duplex_all,
 ]

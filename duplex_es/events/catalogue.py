@@ -107,8 +107,10 @@ class TurnDetection:
     ``type`` is ``server_vad`` (an energy detector with ``threshold``, ``prefix_padding_ms`` and
     ``silence_duration_ms``) or ``semantic_vad`` (``eagerness`` sets how long a pause ends the
     turn, :data:`SEMANTIC_VAD_SILENCE_MS`; the other detector settings keep their defaults and
-    are not echoed). Durations are in ms of the input audio clock; ``threshold`` is in [0, 1]
-    (higher needs louder audio). ``idle_timeout_ms`` (``server_vad`` only; ``None``: off) starts
+    are not echoed). ``detector`` (a duplex_es extension, both types) picks what judges a frame
+    voiced: ``energy`` or ``silero``. Durations are in ms of the input audio clock;
+    ``threshold`` is in [0, 1] (higher needs louder audio, or for ``silero`` a higher speech
+    probability). ``idle_timeout_ms`` (``server_vad`` only; ``None``: off) starts
     a response once that much input audio passed without speech after the last response's
     audio ended.
     """
@@ -121,6 +123,9 @@ class TurnDetection:
     interrupt_response: bool = True
     idle_timeout_ms: Optional[int] = None
     eagerness: Optional[str] = None
+    #: The voice-activity detector (duplex_es extension): ``energy`` (the default and fallback)
+    #: or ``silero`` (the neural model, docs/protocol.md "Turn detection").
+    detector: str = "energy"
 
     @property
     def end_of_turn_silence_ms(self) -> int:
@@ -143,6 +148,10 @@ class SessionConfig:
     the words heard before the cut) or ``"remove"`` (OpenAI: the transcript is deleted).
     ``acknowledge_appends`` (duplex extension, off by default as in OpenAI) makes every logged
     ``input_audio_buffer.append`` answer with an ``input_audio_buffer.appended`` server event.
+    ``turn_mode`` is ``turn_based`` (a response per turn, as in OpenAI) or ``full_duplex`` (the
+    model hears the input continuously in units of ``chunk_period_ms`` ms of input audio and
+    decides when to talk; user speech over its turn follows ``overlap``: ``barge_in`` or
+    ``listen``) — docs/duplex.md. ``turn_modes`` are the modes the session's engine offers.
 
     The GA settings below are kept exactly as the client set them (JSON values) and echoed so:
     ``transcription`` (``audio.input.transcription``: each committed user audio item is
@@ -180,6 +189,10 @@ class SessionConfig:
     reasoning: Optional[Any] = None
     parallel_tool_calls: Optional[bool] = None
     temperature: Optional[float] = None
+    turn_mode: str = "turn_based"
+    chunk_period_ms: int = 200
+    overlap: str = "barge_in"
+    turn_modes: tuple[str, ...] = ("turn_based",)
 
 
 @attrs.frozen(kw_only=True)
@@ -191,7 +204,10 @@ class VadState:
     ``silence_run``: consecutive unvoiced samples while speaking; ``item_id``: the user item the
     current speech will become. Frames are 10 ms of the input clock: ``frame_fill`` samples of
     the current frame have arrived, with ``frame_energy`` (sum of squared samples, full scale 1)
-    — so detection does not depend on how the client sized its appends.
+    — so detection does not depend on how the client sized its appends. ``model_state`` is what
+    the ``silero`` detector carries to the next append (its network's recurrent state, the
+    context and the samples of its unfinished 32 ms frame; base64, opaque:
+    ``duplex_es.audio.silero``); ``None`` for the energy detector.
     """
 
     speaking: bool = False
@@ -201,6 +217,7 @@ class VadState:
     item_id: Optional[str] = None
     frame_fill: int = 0
     frame_energy: float = 0.0
+    model_state: Optional[str] = None
 
 
 @attrs.frozen(kw_only=True)
@@ -258,12 +275,19 @@ class FunctionCallChunk:
 @attrs.frozen(kw_only=True)
 class ResponseInput:
     """One entry of a ``response.create`` ``input``: a reference to a conversation item
-    (``item_id``), or an inline ``message`` item (``role`` and ``content``; it joins no
-    conversation)."""
+    (``item_id``), or an inline item, which joins no conversation and answers or makes no call
+    of the session (it is only the response's context): a ``message`` (``type`` ``None``,
+    ``role`` and ``content``), a ``function_call`` (``call_id``, ``name``, ``arguments`` as
+    JSON text) or a ``function_call_output`` (``call_id``, ``output``)."""
 
     item_id: Optional[str] = None
     role: Optional[str] = None
     content: tuple[ContentPart, ...] = ()
+    type: Optional[str] = None
+    call_id: Optional[str] = None
+    name: Optional[str] = None
+    arguments: Optional[str] = None
+    output: Optional[str] = None
 
 
 @attrs.frozen(kw_only=True)

@@ -18,6 +18,7 @@ from duplex_es.events.base import Event, registry
 # Import for their side effect: they register every event type.
 from duplex_es.events import catalogue as _catalogue  # noqa: F401
 from duplex_es.events import world as _world  # noqa: F401
+from duplex_es.events import duplex as _duplex  # noqa: F401
 
 __all__ = [
     "EventDecodeError",

@@ -615,7 +615,13 @@ def _session_update(p: _P) -> Command:
                 fields["voice"] = _voice(out["voice"], "session.audio.output.voice")
     duplex = p.obj("duplex", s, "session")
     if duplex is not None:
-        p.keys({"transcript_on_truncate", "acknowledge_appends"}, duplex, "session.duplex")
+        p.keys({"transcript_on_truncate", "acknowledge_appends", "mode", "chunk_period_ms", "overlap"}, duplex, "session.duplex")
+        if "mode" in duplex:
+            fields["turn_mode"] = p.str("mode", duplex, "session.duplex", required=True)
+        if "overlap" in duplex:
+            fields["overlap"] = p.str("overlap", duplex, "session.duplex", required=True)
+        if "chunk_period_ms" in duplex:
+            fields["chunk_period_ms"] = p.int("chunk_period_ms", duplex, "session.duplex", required=True)
         if "transcript_on_truncate" in duplex:
             fields["transcript_on_truncate"] = p.str("transcript_on_truncate", duplex, "session.duplex", required=True)
         if "acknowledge_appends" in duplex:
@@ -723,8 +729,9 @@ MAX_RESPONSE_INPUT_ITEMS = 256
 
 def _response_input(p: _P, value: Any) -> tuple[ResponseInput, ...]:
     """``response.input``: the response's own context (GA): references to conversation items
-    (``{"type": "item_reference", "id": ...}``) and inline ``message`` items, in order; ``[]``
-    is an empty context."""
+    (``{"type": "item_reference", "id": ...}``) and inline ``message``, ``function_call`` and
+    ``function_call_output`` items (checked as ``conversation.item.create`` checks them; an
+    ``id`` they carry is not kept), in order; ``[]`` is an empty context."""
     if not isinstance(value, list):
         raise _Bad(Code.INVALID_EVENT, f"response.input must be a list of items; got {shown(value)}", "response.input")
     if len(value) > MAX_RESPONSE_INPUT_ITEMS:
@@ -738,6 +745,13 @@ def _response_input(p: _P, value: Any) -> tuple[ResponseInput, ...]:
             p.keys({"type", "id"}, entry, path)
             ref = p.str("id", entry, path, required=True)
             out.append(ResponseInput(item_id=ref))
+            continue
+        if entry.get("type") in ("function_call", "function_call_output"):
+            kind, call_id, name, text, _ = _function_fields(p, entry, path)
+            if kind == "function_call":
+                out.append(ResponseInput(type=kind, call_id=call_id, name=name, arguments=text))
+            else:
+                out.append(ResponseInput(type=kind, call_id=call_id, output=text))
             continue
         role, parts, _, _ = _message(p, entry, path)
         out.append(ResponseInput(role=role, content=parts))
@@ -760,16 +774,17 @@ def _output_clear(p: _P) -> Command:
 
 
 def _message(p: _P, item: dict, path: str) -> tuple[str, tuple[ContentPart, ...], int, Optional[str]]:
-    """A ``message`` item's role, content parts, decoded audio bytes and ``id`` (if given)."""
-    p.keys({"id", "type", "role", "content", "object", "status"}, item, path)
+    """A ``message`` item's role, content parts, decoded audio bytes and ``id`` (if given).
+    Called for every item that is not a function item (nor, in ``response.input``, an item
+    reference): any other ``type`` is refused with ``invalid_item``, listing the types the
+    place takes."""
     kind = item.get("type", "message")
     if kind != "message":
-        raise _Bad(
-            Code.INVALID_ITEM,
-            f"item type {str(kind)[:32]!r} is not supported here; use 'message', 'function_call' or 'function_call_output'"
-            + (" (and 'item_reference' in response.input)" if path != "item" else ""),
-            f"{path}.type",
-        )
+        allowed = "'message', 'function_call' or 'function_call_output'"
+        if path != "item":
+            allowed = "'item_reference', " + allowed
+        raise _Bad(Code.INVALID_ITEM, f"{path}.type must be {allowed}; got {shown(kind)}", f"{path}.type")
+    p.keys({"id", "type", "role", "content", "object", "status"}, item, path)
     role = p.str("role", item, path, required=True)
     content = item.get("content")
     if not isinstance(content, list) or not all(isinstance(c, dict) for c in content):
@@ -796,33 +811,43 @@ def _message(p: _P, item: dict, path: str) -> tuple[str, tuple[ContentPart, ...]
 MAX_FUNCTION_TEXT_CHARS = 100_000
 
 
-def _function_item(p: _P, item: dict, previous: Optional[str]) -> Command:
-    """A ``function_call_output`` (or ``function_call``) item of ``conversation.item.create``
-    (GA ``RealtimeConversationItemFunctionCallOutput`` / ``...FunctionCall``)."""
+def _function_fields(p: _P, item: dict, path: str) -> tuple[str, str, Optional[str], str, Optional[str]]:
+    """A ``function_call_output`` or ``function_call`` item (GA
+    ``RealtimeConversationItemFunctionCallOutput`` / ``...FunctionCall``) at ``path``:
+    ``(type, call_id, name, text, id)``, ``text`` being the output or the arguments and
+    ``name`` ``None`` for an output. A missing or null ``output`` is ``""``."""
     kind = item["type"]
     fields = {"call_id", "output"} if kind == "function_call_output" else {"call_id", "name", "arguments"}
-    p.keys({"id", "type", "object", "status"} | fields, item, "item")
-    call_id = p.str("call_id", item, "item", required=True)
+    p.keys({"id", "type", "object", "status"} | fields, item, path)
+    call_id = p.str("call_id", item, path, required=True)
     if not 0 < len(call_id) <= 128:  # type: ignore[arg-type]
-        raise _Bad(Code.INVALID_EVENT, f"item.call_id must be 1-128 characters; got {len(call_id)}", "item.call_id")  # type: ignore[arg-type]
+        raise _Bad(Code.INVALID_EVENT, f"{path}.call_id must be 1-128 characters; got {len(call_id)}", f"{path}.call_id")  # type: ignore[arg-type]
     text_field = "output" if kind == "function_call_output" else "arguments"
     # A tool that returned nothing: pipecat then leaves ``output`` out; it is the empty text.
-    text = p.str(text_field, item, "item", required=kind == "function_call") or ""
-    if len(text) > MAX_FUNCTION_TEXT_CHARS:  # type: ignore[arg-type]
+    text = p.str(text_field, item, path, required=kind == "function_call") or ""
+    if len(text) > MAX_FUNCTION_TEXT_CHARS:
         raise _Bad(
             Code.FUNCTION_TEXT_TOO_LONG,
-            f"item.{text_field} of call {call_id[:64]!r} holds {len(text)} characters; at most {MAX_FUNCTION_TEXT_CHARS}",  # type: ignore[arg-type,index]
-            f"item.{text_field}",
+            f"{path}.{text_field} of call {call_id[:64]!r} holds {len(text)} characters; at most {MAX_FUNCTION_TEXT_CHARS}",  # type: ignore[index]
+            f"{path}.{text_field}",
         )
-    item_id = p.str("id", item, "item")
+    item_id = p.str("id", item, path)
     if item_id is not None and not 0 < len(item_id) <= 128:
-        raise _Bad(Code.INVALID_EVENT, "item.id must be 1-128 characters", "item.id")
+        raise _Bad(Code.INVALID_EVENT, f"{path}.id must be 1-128 characters", f"{path}.id")
+    if kind == "function_call_output":
+        return kind, call_id, None, text, item_id  # type: ignore[return-value]
+    name = p.str("name", item, path, required=True)
+    if not 0 < len(name) <= 64 or not set(name) <= _NAME_CHARS:  # type: ignore[arg-type]
+        raise _Bad(Code.INVALID_EVENT, f"{path}.name must be a function name of 1-64 letters, digits, '_' or '-'; got {shown(name)}", f"{path}.name")
+    return kind, call_id, name, text, item_id  # type: ignore[return-value]
+
+
+def _function_item(p: _P, item: dict, previous: Optional[str]) -> Command:
+    """A ``function_call_output`` (or ``function_call``) item of ``conversation.item.create``."""
+    kind, call_id, name, text, item_id = _function_fields(p, item, "item")
     common = dict(**p.common(), item_id=item_id or p.new_id("item"), previous_item_id=previous, call_id=call_id, type=kind)
     if kind == "function_call_output":
         return CreateItem(**common, role="tool", output=text)  # type: ignore[arg-type]
-    name = p.str("name", item, "item", required=True)
-    if not 0 < len(name) <= 64 or not set(name) <= _NAME_CHARS:  # type: ignore[arg-type]
-        raise _Bad(Code.INVALID_EVENT, f"item.name must be a function name of 1-64 letters, digits, '_' or '-'; got {shown(name)}", "item.name")
     return CreateItem(**common, role="assistant", name=name, arguments=text)  # type: ignore[arg-type]
 
 

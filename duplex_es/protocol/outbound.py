@@ -89,6 +89,11 @@ EXTENSION_EVENT_TYPES = frozenset(
         "session.heartbeat_ack",
         "turn.event",
         "command.deduplicated",
+        # full duplex (docs/duplex.md)
+        "response.listen",
+        "response.speak",
+        "overlap.decision",
+        "input_audio_buffer.processed",
     }
 )
 
@@ -176,7 +181,7 @@ def _format_json(fmt: AudioFormat) -> dict[str, Any]:
 
 def turn_detection_json(td: Optional[TurnDetection]) -> Optional[dict[str, Any]]:
     """GA ``turn_detection``: ``server_vad`` with its detector settings, or ``semantic_vad`` with
-    ``eagerness``; ``None`` when off."""
+    ``eagerness``; both with duplex_es's ``detector`` (``energy`` or ``silero``); ``None`` when off."""
     if td is None:
         return None
     if td.type == "semantic_vad":
@@ -185,6 +190,7 @@ def turn_detection_json(td: Optional[TurnDetection]) -> Optional[dict[str, Any]]
             "eagerness": td.eagerness or "auto",
             "create_response": td.create_response,
             "interrupt_response": td.interrupt_response,
+            "detector": td.detector,
         }
     return {
         "type": td.type,
@@ -194,6 +200,7 @@ def turn_detection_json(td: Optional[TurnDetection]) -> Optional[dict[str, Any]]
         "create_response": td.create_response,
         "interrupt_response": td.interrupt_response,
         "idle_timeout_ms": td.idle_timeout_ms,
+        "detector": td.detector,
     }
 
 
@@ -206,7 +213,14 @@ def session_json(session_id: str, cfg: SessionConfig) -> dict[str, Any]:
         "noise_reduction": cfg.noise_reduction,
         "turn_detection": turn_detection_json(cfg.turn_detection),
     }
-    duplex = {"transcript_on_truncate": cfg.transcript_on_truncate, "acknowledge_appends": cfg.acknowledge_appends}
+    duplex = {
+        "transcript_on_truncate": cfg.transcript_on_truncate,
+        "acknowledge_appends": cfg.acknowledge_appends,
+        "mode": cfg.turn_mode,
+        "modes": list(cfg.turn_modes),
+        "chunk_period_ms": cfg.chunk_period_ms,
+        "overlap": cfg.overlap,
+    }
     if cfg.session_type == "transcription":
         return {
             "type": "transcription",
@@ -366,11 +380,12 @@ def _item_done(state: SessionState, resp: Response, item: Item) -> list[dict[str
 
 def _call_closing(state: SessionState, resp: Response, item: Item) -> list[dict[str, Any]]:
     """A function call ends. Done: its complete arguments, then the item, completed (clients
-    run the tool from here). Cut short (its response was cancelled): only the item,
-    ``incomplete`` — no ``function_call_arguments.done``, which some clients run the tool on
-    (docs/protocol.md, "Function calling")."""
+    run the tool from here). Cut short (its response was cancelled mid-arguments): nothing —
+    clients run tools on ``function_call_arguments.done`` (pipecat) or on any
+    ``output_item.done`` of a call, whatever its status (LiveKit); ``response.done`` lists the
+    item ``incomplete`` (docs/protocol.md, "Function calling")."""
     if not item.complete:
-        return _item_done(state, resp, item)
+        return []
     done = {
         "type": "response.function_call_arguments.done",
         "response_id": resp.id,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from duplex_es.events import Event
-from duplex_es.protocol import outbound, world
+from duplex_es.protocol import duplex, outbound, world
 from duplex_es.protocol.outbound import AudioReader, Ctx, Projection, stamp
 
 __all__ = ["PROJECTIONS", "SILENT_EVENT_TYPES", "project"]
@@ -21,10 +21,11 @@ __all__ = ["PROJECTIONS", "SILENT_EVENT_TYPES", "project"]
 PROJECTIONS: dict[type, Projection] = {
     **outbound.PROJECTIONS,
     **world.PROJECTIONS,
+    **duplex.PROJECTIONS,
 }
 
 #: Every event type deliberately not on the wire.
-SILENT_EVENT_TYPES: frozenset[str] = outbound.SILENT_EVENT_TYPES | world.SILENT_EVENT_TYPES
+SILENT_EVENT_TYPES: frozenset[str] = outbound.SILENT_EVENT_TYPES | world.SILENT_EVENT_TYPES | duplex.SILENT_EVENT_TYPES
 
 
 def project(before: Any, seq: int, event: Event, after: Any, audio_of: Optional[AudioReader] = None) -> list[dict[str, Any]]:

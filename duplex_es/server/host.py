@@ -485,11 +485,15 @@ class SessionHost:
         due = self.core.wakeup_ms()
         if due is None:
             return
-        delay = (due - now_ms()) / 1000
-        if delay > 0 and (self._timer is None or self._timer.cancelled() or self._timer.when() > asyncio.get_running_loop().time() + delay):
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = asyncio.get_running_loop().call_later(delay, lambda: asyncio.create_task(self.catch_up()))
+        # A due time already past (the pump ran a moment before it) wakes at once; a timer that
+        # already fired is not "cancelled", so the handle is always replaced.
+        loop = asyncio.get_running_loop()
+        delay = max(0.001, (due - now_ms()) / 1000)
+        if self._timer is not None and not self._timer.cancelled() and loop.time() < self._timer.when() <= loop.time() + delay:
+            return  # an earlier wake-up is already set
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_later(delay, lambda: asyncio.create_task(self.catch_up()))
 
     async def _audio_for(self, applied: Applied) -> Optional[bytes]:
         """The logged audio the projection of ``applied`` needs, read from the log (or ``None``)."""

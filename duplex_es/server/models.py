@@ -15,10 +15,14 @@ from typing import Iterable, Optional
 
 import attrs
 
-__all__ = ["DEFAULT_ENGINE", "MAX_MODEL_NAME_CHARS", "ModelMap", "parse_model_spec"]
+__all__ = ["DEFAULT_ENGINE", "FULL_DUPLEX_ENGINE", "MAX_MODEL_NAME_CHARS", "ModelMap", "parse_model_spec"]
 
 #: The engine of the reference deployment: the CPU echo agent the workers run by default.
 DEFAULT_ENGINE = "duplex-es-echo"
+
+#: The reference full-duplex engine (docs/duplex.md): a model of this name is always served by
+#: it, and its sessions start in ``full_duplex`` mode.
+FULL_DUPLEX_ENGINE = "duplex-es-duplex"
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 
@@ -49,11 +53,18 @@ class ModelMap:
     """Client model names → engines.
 
     ``names`` maps exact names; ``fallback`` serves every other name (``None``: other names are
-    refused with ``model_not_found``).
+    refused with ``model_not_found``). ``full_duplex`` are the engines that are full-duplex
+    (their sessions start in ``full_duplex`` mode); a model named after one of them is served by
+    it unless ``names`` says otherwise.
     """
 
     names: dict[str, str] = attrs.field(factory=dict)
     fallback: Optional[str] = DEFAULT_ENGINE
+    full_duplex: frozenset[str] = frozenset({FULL_DUPLEX_ENGINE})
+
+    def is_full_duplex(self, engine: str) -> bool:
+        """Whether ``engine`` hears its sessions' input continuously (docs/duplex.md)."""
+        return engine in self.full_duplex
 
     @classmethod
     def from_specs(cls, specs: Iterable[str]) -> "ModelMap":
@@ -85,7 +96,9 @@ class ModelMap:
         name of over 128 characters is never served)."""
         if not 0 < len(name) <= MAX_MODEL_NAME_CHARS:
             return None
-        return self.names.get(name, self.fallback)
+        if name in self.names:
+            return self.names[name]
+        return name if name in self.full_duplex else self.fallback
 
     @property
     def default_name(self) -> str:

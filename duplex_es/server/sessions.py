@@ -262,7 +262,14 @@ class DuplexSessions:
         token = new_resume_token()
         return await self._open(
             session_id,
-            OpenSession(session_id=session_id, model=model, engine=engine, resume_token_hash=token_digest(token), principal=principal),
+            OpenSession(
+                session_id=session_id,
+                model=model,
+                engine=engine,
+                resume_token_hash=token_digest(token),
+                principal=principal,
+                full_duplex=self.models.is_full_duplex(engine),
+            ),
             token,
         )
 

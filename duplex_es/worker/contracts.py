@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import base64
 
-from duplex_es.events import TickIssued, TickOutput, TranscriptionCompleted, TranscriptionRequested
-from duplex_es.worker.engine import AudioCutter, EngineOutput, TickContext, TickContract, TranscriptionContext, TranscriptionOutput
+from duplex_es.events import TickIssued, TickOutput, TranscriptionCompleted, TranscriptionRequested, UnitIssued, UnitOutput
+from duplex_es.worker.engine import AudioCutter, EngineOutput, TickContext, TickContract, TranscriptionContext, TranscriptionOutput, UnitContext, UnitOutputs
 from duplex_es.worker.world.contract import WORLD_TICKS
 
-__all__ = ["CONTRACTS", "SPEECH_TICKS", "TRANSCRIPTION_TICKS", "output_events", "transcription_output_events"]
+__all__ = ["CONTRACTS", "SPEECH_TICKS", "TRANSCRIPTION_TICKS", "DUPLEX_UNITS", "output_events", "transcription_output_events", "unit_output_events"]
 
 
 def _width(format_type: str) -> int:
@@ -72,8 +72,40 @@ def transcription_output_events(session_id: str, engine_name: str, out: Transcri
     ]
 
 
+def unit_context(session_id: str, tick: UnitIssued, cut: AudioCutter) -> UnitContext:
+    """A full-duplex unit's context: the unit, and its input audio read from the log on demand."""
+    width = _width(tick.inputs.input_format.type)
+    return UnitContext(session_id=session_id, tick=tick, read_audio=lambda segments: cut(session_id, segments, width))
+
+
+def unit_output_events(session_id: str, engine_name: str, out: UnitOutputs) -> list[UnitOutput]:
+    """The ``duplex.unit.output`` of an engine's answer to a unit (the echo comes from the engine)."""
+    e = out.echo
+    return [
+        UnitOutput(
+            session_id=e.session_id,
+            request_id=e.request_id,
+            epoch=e.epoch,
+            chunk_index=e.chunk_index,
+            applied_event_ids=e.applied_event_ids,
+            listen_reason=out.listen_reason,
+            audio=base64.b64encode(out.audio).decode("ascii"),
+            text_delta=out.text_delta,
+            marks=out.marks,
+            end_of_turn=out.end_of_turn,
+            user_transcript_delta=out.user_transcript_delta,
+            engine_state=out.engine_state,
+            engine=engine_name,
+            usage=out.usage,
+            continue_turn=out.continue_turn,
+        )
+    ]
+
+
 SPEECH_TICKS = TickContract(kind="speech", context=speech_context, answer=output_events)
 TRANSCRIPTION_TICKS = TickContract(kind="transcription", context=transcription_context, answer=transcription_output_events)
 
+DUPLEX_UNITS = TickContract(kind="duplex", context=unit_context, answer=unit_output_events)
+
 #: Every tick kind a worker can run: kind → contract.
-CONTRACTS: dict[str, TickContract] = {c.kind: c for c in (SPEECH_TICKS, TRANSCRIPTION_TICKS, WORLD_TICKS)}
+CONTRACTS: dict[str, TickContract] = {c.kind: c for c in (SPEECH_TICKS, TRANSCRIPTION_TICKS, WORLD_TICKS, DUPLEX_UNITS)}

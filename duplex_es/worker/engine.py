@@ -12,7 +12,19 @@ from typing import Any, Callable, Optional, Protocol, Sequence, runtime_checkabl
 import attrs
 
 from duplex_es.errors import DuplexError
-from duplex_es.events import AudioSegment, Event, FunctionCallChunk, InputTranscript, Mark, TickIdentity, TickIssued, TickRequest, TokenUsage, TranscriptionRequested
+from duplex_es.events import (
+    AudioSegment,
+    Event,
+    FunctionCallChunk,
+    InputTranscript,
+    Mark,
+    TickIdentity,
+    TickIssued,
+    TickRequest,
+    TokenUsage,
+    TranscriptionRequested,
+    UnitIssued,
+)
 
 __all__ = [
     "TickIdentity",
@@ -25,6 +37,8 @@ __all__ = [
     "TranscriptionOutput",
     "TickContract",
     "AudioCutter",
+    "UnitContext",
+    "UnitOutputs",
 ]
 
 
@@ -106,6 +120,46 @@ class TranscriptionOutput:
     seconds: float
 
 
+@attrs.frozen(kw_only=True)
+class UnitContext:
+    """A full-duplex unit (docs/duplex.md): ``tick.audio`` is the input the model hears now,
+    ``tick.engine_state`` what the engine's previous answer left, and ``tick.response_id`` the
+    model's open turn (``None``: it is not speaking — a turn the user barged in on is gone).
+    ``read_audio(segments)`` returns logged input audio (this unit's ``tick.audio``, or earlier
+    units' segments an engine kept in its state) in ``tick.inputs.input_format``."""
+
+    session_id: str
+    tick: UnitIssued
+    read_audio: Callable[[tuple[AudioSegment, ...]], bytes]
+
+    @property
+    def identity(self) -> TickIdentity:
+        """The identity this unit's answer must echo."""
+        return TickIdentity.of(self.session_id, self.tick)
+
+
+@attrs.frozen(kw_only=True)
+class UnitOutputs:
+    """An engine's answer to one unit. No ``audio`` and no ``text_delta``: it listens, for
+    ``listen_reason``. Otherwise it speaks (``audio`` in the output format, ``text_delta`` and
+    ``marks`` cumulative over the item), opening a turn if none is open; ``end_of_turn`` ends
+    its turn. ``user_transcript_delta`` adds to what it heard of the user's utterance;
+    ``engine_state`` (JSON values) is what the next unit starts from — a worker that takes the
+    session over continues from it. ``continue_turn``: step it again on the audio clock's pace
+    even if no input comes (it is judging the end of the user's turn; silence units)."""
+
+    echo: TickIdentity
+    listen_reason: Optional[str] = None
+    audio: bytes = b""
+    text_delta: str = ""
+    marks: tuple[Mark, ...] = ()
+    end_of_turn: bool = False
+    user_transcript_delta: str = ""
+    engine_state: Optional[dict] = None
+    usage: Optional[TokenUsage] = None
+    continue_turn: bool = False
+
+
 class EngineError(DuplexError):
     """An engine step failed; the worker logs ``tick.failed`` with ``code`` and ``message``."""
 
@@ -119,8 +173,9 @@ class Engine(Protocol):
     """A model behind the tick protocol.
 
     ``name`` is recorded with every output; ``kinds`` are the tick kinds it runs (``speech``,
-    ``world``, ``transcription``); ``step`` gets the context of its kind (:class:`TickContext`,
-    ``WorldContext``, :class:`TranscriptionContext`). ``step`` must be deterministic in the
+    ``world``, ``transcription``, ``duplex``); ``step`` gets the context of its kind
+    (:class:`TickContext`, ``WorldContext``, :class:`TranscriptionContext`,
+    :class:`UnitContext`). ``step`` must be deterministic in the
     tick for replay to reproduce outputs.
 
     **Batches (optional).** An engine may also define ``step_batch(ctxs) -> list``: the

@@ -1,6 +1,7 @@
 """Figures outside issue 6's table, kept from the first ``make bench``: a spoken turn through
-``serve`` + ``worker`` (response.create → first audio delta), and the reference world engine's
-block render on the CPU."""
+``serve`` + ``worker`` (response.create → first audio delta), the reference world engine's
+block render on the CPU, and server VAD's cost per 20 ms append with the Silero network beside
+the energy detector."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 from duplex_es_tools.bench.histogram import Latencies
 
-__all__ = ["spoken_turns", "world_blocks"]
+__all__ = ["spoken_turns", "vad_appends", "world_blocks"]
 
 
 def spoken_turns(url: str, folder: Path, turns: int) -> dict[str, Any]:
@@ -73,4 +74,46 @@ def world_blocks(reps: int) -> dict[str, Any]:
         "events_per_s": None,
         **render.summary_ms(),
         "note": f"with PNG encoding p50 {round(total.percentile_ms(50) or 0, 1)} ms",
+    }
+
+
+def vad_appends(appends: int) -> dict[str, Any]:
+    """``appends`` 20 ms appends of the noisy fixture question (2 s of noise, speech, silence,
+    looped) decided and folded by the domain — ``decide`` + ``evolve``, no I/O — in a session
+    whose server VAD uses the Silero network, and in one with the energy detector, measured in
+    the same run: latencies (ms) per append with Silero; energy's in the note."""
+    import base64
+
+    from duplex_es.domain import AppendAudio, OpenSession, SessionPatch, SessionState, UpdateSession, VadIds, decide, evolve
+    from duplex_es_tools.conversation import default_audio, read_wav_pcm16
+
+    pcm = read_wav_pcm16(default_audio().with_name("noise_speech_silence_24k.wav"))
+    chunks = [base64.b64encode(pcm[i : i + 960]).decode() for i in range(0, len(pcm) - 959, 960)]
+
+    def run(detector: str) -> Latencies:
+        state = SessionState()
+        # Turns are committed as user items; no responses (no worker here to answer them).
+        td = {"type": "server_vad", "detector": detector, "create_response": False}
+        for cmd in (OpenSession(session_id="bench_vad", model="m"), UpdateSession(patch=SessionPatch(turn_detection=td))):
+            for ev in decide(state, cmd):
+                state = evolve(state, state.seq + 1, ev)
+        lat = Latencies()
+        for k in range(appends):
+            ids = VadIds(item_id=f"i{k}", response_id=f"r{k}", response_item_id=f"j{k}", request_id=f"q{k}")
+            command = AppendAudio(audio=chunks[k % len(chunks)], nbytes=960, vad_ids=ids)
+            t0 = time.perf_counter_ns()
+            for ev in decide(state, command):
+                state = evolve(state, state.seq + 1, ev)
+            lat.since(t0)
+        return lat
+
+    run("silero")  # loads the model
+    silero, energy = run("silero"), run("energy")
+    return {
+        "measurement": "server VAD per 20 ms append (decide + evolve): Silero network",
+        "backend": "cpu",
+        "n": appends,
+        "events_per_s": None,
+        **silero.summary_ms(),
+        "note": f"energy detector in the same run: p50 {energy.percentile_ms(50)} ms, p99 {energy.percentile_ms(99)} ms",
     }

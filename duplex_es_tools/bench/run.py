@@ -56,7 +56,7 @@ class BenchOptions:
         backends: ``("sqlite",)``, ``("postgresql",)`` or both.
         pg_url: the PostgreSQL server (a fresh schema per measurement, dropped after).
         rows: the rows to measure (1–12).
-        extras: also measure the figures outside the table (spoken turn, world block).
+        extras: also measure the figures outside the table (spoken turn, world block, VAD per append).
         quick: small n, for a smoke test (figures not meaningful).
         log_events: row 12's largest log size (events).
         work_dir: the folder under which the temp folder for SQLite files is made (the disk
@@ -124,7 +124,7 @@ def _serving_rows(ctx: BenchContext, backends: Sequence[str], wanted: set[int], 
 
 
 def _extras(ctx: BenchContext, backends: Sequence[str]) -> list[dict[str, Any]]:
-    from duplex_es_tools.bench.extras import spoken_turns, world_blocks
+    from duplex_es_tools.bench.extras import spoken_turns, vad_appends, world_blocks
 
     out = []
     for b in backends:
@@ -140,6 +140,11 @@ def _extras(ctx: BenchContext, backends: Sequence[str]) -> list[dict[str, Any]]:
             out.append({"measurement": "spoken turn", "backend": b, "note": f"failed: {type(exc).__name__}: {exc}"})
     ctx.say("extra: world blocks on the CPU")
     out.append(world_blocks(3 if ctx.quick else 10))
+    ctx.say("extra: server VAD per append, Silero beside energy")
+    try:
+        out.append(vad_appends(500 if ctx.quick else 5000))
+    except Exception as exc:  # noqa: BLE001 - e.g. the model not installed: the report says so
+        out.append({"measurement": "server VAD per 20 ms append", "backend": "cpu", "note": f"failed: {type(exc).__name__}: {exc}"})
     return out
 
 

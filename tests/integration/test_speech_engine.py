@@ -3,6 +3,7 @@ and that it says it the same way every time."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -155,6 +156,12 @@ BOOK = {
         "required": ["restaurant", "party_size"],
     },
 }
+TIME = {
+    "type": "function",
+    "name": "get_time",
+    "description": "Local time in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 
 
 def _tool_ctx(k: int, response_id: str = "resp_t1", read_audio=None, **fields) -> TickContext:
@@ -171,6 +178,11 @@ def _steps(engine, **kw):
         if out.final:
             return outs
         assert len(outs) < 200
+
+
+def _calls(outs):
+    """``(name, arguments)`` of each call the outputs stream, in order."""
+    return [(it[0].function_call.name, "".join(o.function_call.arguments_delta for o in it)) for it in _items(outs) if it[0].function_call]
 
 
 def _items(outs):
@@ -229,7 +241,8 @@ def test_tool_choice_none_echoes_as_without_tools():
 
 def test_required_and_a_named_choice_always_call():
     outs = _steps(CascadeSpeechEngine(), tools=(BOOK, WEATHER), tool_choice="required", user_text="Hello there")
-    assert [(o.function_call.name, o.function_call.arguments_delta, o.function_call.done) for o in outs] == [("book_table", "{}", True)]
+    # What the words cannot fill takes a value the tool's schema accepts: the user's words, 0.
+    assert _calls(outs) == [("book_table", '{"restaurant":"Hello there","party_size":0}')] and outs[-1].function_call.done
     outs = _steps(CascadeSpeechEngine(), tools=(BOOK, WEATHER), tool_choice={"type": "function", "name": "get_weather"}, user_text="A table at Nando's")
     assert "".join(o.function_call.arguments_delta for o in outs) == '{"city":"Nando\'s"}' and outs[-1].function_call.name == "get_weather"
 
@@ -241,7 +254,7 @@ def test_a_required_argument_it_cannot_fill_is_asked_for_aloud():
     assert "".join(o.text_delta for o in outs) == "I can get weather if you tell me the city."
     assert len(b"".join(o.audio for o in outs)) > 24000 * 2  # spoken: more than a second
     forced = _steps(CascadeSpeechEngine(), tools=(WEATHER,), tool_choice="required", user_text="What's the weather like?")
-    assert [o.function_call.arguments_delta for o in forced] == ["{}"]
+    assert _calls(forced) == [("get_weather", '{"city":"What\'s the weather like?"}')]
 
 
 def _history(*outputs: tuple[str, str, str]) -> tuple[HistoryEntry, ...]:
@@ -249,6 +262,17 @@ def _history(*outputs: tuple[str, str, str]) -> tuple[HistoryEntry, ...]:
     entries += [HistoryEntry(item_id=f"item_c{i}", role="assistant", text="", type="function_call", call_id=cid, name=name, arguments="{}") for i, (cid, name, _) in enumerate(outputs)]
     entries += [HistoryEntry(item_id=f"item_o{i}", role="tool", text="", type="function_call_output", call_id=cid, output=out) for i, (cid, _, out) in enumerate(outputs)]
     return tuple(entries)
+
+
+@pytest.mark.parametrize("parallel", [None, False])
+def test_each_call_takes_the_place_said_after_its_own_tool(parallel):
+    weather_only = _steps(CascadeSpeechEngine(), tools=(WEATHER,), parallel_tool_calls=parallel, user_text="What is the weather in Paris and the time in Tokyo?")
+    assert _calls(weather_only) == [("get_weather", '{"city":"Paris"}')]
+    both = _steps(CascadeSpeechEngine(), tools=(WEATHER, TIME), parallel_tool_calls=parallel, user_text="What is the weather in Paris and the time in Tokyo?")
+    assert _calls(both) == [("get_weather", '{"city":"Paris"}')] + ([("get_time", '{"city":"Tokyo"}')] if parallel is None else [])
+    for tools in ((WEATHER,), (WEATHER, TIME)):
+        rome = _steps(CascadeSpeechEngine(), tools=tools, parallel_tool_calls=parallel, user_text="What's the weather in Paris? I am in Rome.")
+        assert _calls(rome) == [("get_weather", '{"city":"Paris"}')]
 
 
 def test_after_the_outputs_it_says_each_without_listening_or_calling_again():
@@ -280,9 +304,9 @@ def test_a_spoken_question_naming_a_tool_without_its_argument_is_answered_with_a
     heard = outs[0].input_transcripts[0].transcript
     assert "weather" in heard and "tomorrow afternoon" in heard  # "... like in early tomorrow afternoon": no city
     assert "".join(o.text_delta for o in outs) == "I can get weather if you tell me the city."
-    # Named by the words it heard, with required: a call, though with no city.
+    # Named by the words it heard, with required: a call, its city the words heard (64 at most).
     outs = _steps(CascadeSpeechEngine(), tool_choice="required", **kw)
-    assert [(o.function_call.name, o.function_call.arguments_delta) for o in outs] == [("get_weather", "{}")]
+    assert _calls(outs) == [("get_weather", json.dumps({"city": " ".join(heard.split())[:64].strip()}, separators=(",", ":")))]
 
 
 def test_a_spoken_question_naming_a_tool_and_its_city_makes_the_call():

@@ -303,6 +303,7 @@ def test_turn_detection_defaults_partial_updates_and_refusals(client: WsClient, 
         "create_response": True,
         "interrupt_response": True,
         "idle_timeout_ms": None,
+        "detector": "energy",
     }
     td = client.update({"audio": {"input": {"turn_detection": {"silence_duration_ms": 700}}}})["audio"]["input"]["turn_detection"]
     assert (td["silence_duration_ms"], td["threshold"], td["prefix_padding_ms"]) == (700, 0.5, 300)

@@ -101,3 +101,11 @@ def test_bulk_history_writes_what_append_would(backend: str, tmp_path: Path):
         assert fold((r.seq, r.event) for r in records) == history_state("bulk", 1234)
         assert audit_session(log, "bulk").ok
         db.dispose()
+
+
+def test_the_vad_figure_measures_silero_beside_energy_in_the_same_run():
+    from duplex_es_tools.bench.extras import vad_appends
+
+    fig = vad_appends(100)
+    assert (fig["n"], fig["backend"]) == (100, "cpu") and 0 < fig["p50_ms"] <= fig["p99_ms"]
+    assert fig["note"].startswith("energy detector in the same run: p50 ")

@@ -11,6 +11,8 @@ from duplex_es.worker.speech.tools import (
     ToolPlan,
     answered_outputs,
     decide,
+    fallback_arguments,
+    fallback_value,
     fill_arguments,
     name_words,
     named_tools,
@@ -47,6 +49,12 @@ ORDER = {
     "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]},
 }
 MCP = {"type": "mcp", "server_label": "weather", "name": "weather"}
+TIME = {
+    "type": "function",
+    "name": "get_time",
+    "description": "Local time in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 
 
 def words(typed: str, heard: str = ""):
@@ -102,13 +110,14 @@ def test_parallel_calls_each_named_tool_in_declaration_order_unless_disabled():
 
 
 def test_required_calls_the_best_named_or_the_first_declared_and_a_named_choice_calls_it():
-    assert decide("", "hello", [ORDER, WEATHER], "required", None).calls == (ToolCall("lookup_order", "{}"),)
+    # Nothing fills order_id: the user's words do (a string its schema accepts).
+    assert decide("", "hello", [ORDER, WEATHER], "required", None).calls == (ToolCall("lookup_order", '{"order_id":"hello"}'),)
     assert decide("", "the weather in Oslo", [ORDER, WEATHER], "required", None).calls == (ToolCall("get_weather", '{"city":"Oslo"}'),)
     # Required: one call even with parallel calls on and two tools named.
     assert len(decide("", "weather, book a table at Nando's for 2", [WEATHER, BOOK], "required", True).calls) == 1
     named = {"type": "function", "name": "bookTable"}
-    # Called with what it has, though "party_size" is required.
-    assert decide("", "the weather in Oslo", [WEATHER, BOOK], named, None).calls == (ToolCall("bookTable", '{"restaurant":"Oslo"}'),)
+    # Called with what it has, the required "party_size" it lacks set to 0.
+    assert decide("", "the weather in Oslo", [WEATHER, BOOK], named, None).calls == (ToolCall("bookTable", '{"restaurant":"Oslo","party_size":0}'),)
     # A named function that is not declared is "auto".
     assert decide("", "the weather in Oslo", [WEATHER], {"type": "function", "name": "gone"}, None).calls == (ToolCall("get_weather", '{"city":"Oslo"}'),)
 
@@ -118,7 +127,7 @@ def test_a_required_property_not_filled_is_asked_for_under_auto_only():
         questions=("I can get weather if you tell me the city.",)
     )
     assert decide("", "book a table", [BOOK], "auto", None).questions == ("I can book table if you tell me the restaurant and the party size.",)
-    assert decide("", "what's the weather", [WEATHER], "required", None).calls == (ToolCall("get_weather", "{}"),)
+    assert decide("", "what's the weather", [WEATHER], "required", None).calls == (ToolCall("get_weather", '{"city":"what\'s the weather"}'),)
     # Parallel: the tool that can be called is, the other is asked about after it.
     plan = decide("", "weather in Porto, and book a table", [WEATHER, BOOK], "auto", None)
     assert plan.calls == (ToolCall("get_weather", '{"city":"Porto"}'),) and len(plan.questions) == 1
@@ -140,7 +149,8 @@ def test_numbers_enums_and_strings():
     assert args == {"guests": 21, "budget": 99.5, "size": "extra large", "city": "Porto", "name": "Ana Sousa"}
     assert list(args) == ["guests", "budget", "size", "city", "name"] and missing == []
     # Integers take the first whole number; "twenty one" is one number; strings take the words
-    # after the last preposition that gives any, in schema order (city first).
+    # after the first preposition that gives any, in schema order (city first: "for" gives
+    # nothing, 3.5 being taken).
     args, _ = fill_arguments(schema, words("for 3.5 or twenty one people", heard="my name is called bob"))
     assert args == {"guests": 21, "budget": 3.5, "city": "bob"}
     # A word taken by one property ends another's words; leading articles are skipped.
@@ -154,9 +164,9 @@ def test_numbers_enums_and_strings():
 
 def test_several_tools_fill_their_arguments_from_their_own_part_of_the_words():
     said = words("book a table at Nando's for four and what's the weather in Faro")
-    assert [[t.text for t in part] for part in tool_words([WEATHER, BOOK], said)] == [
-        ["weather", "in", "Faro", ""],  # "" the break at the end of the typed text
-        ["book", "a", "table", "at", "Nando's", "for", "four", "and", "what's", "the"],
+    assert [([t.text for t in part.words], part.named_at) for part in tool_words([WEATHER, BOOK], said)] == [
+        (["weather", "in", "Faro"], 0),  # up to the end of the typed text
+        (["book", "a", "table", "at", "Nando's", "for", "four", "and", "what's", "the"], 0),
     ]
     plan = decide("", "book a table at Nando's for four and what's the weather in Faro", [WEATHER, BOOK], "auto", None)
     assert plan.calls == (ToolCall("get_weather", '{"city":"Faro"}'), ToolCall("bookTable", '{"restaurant":"Nando\'s","party_size":4}'))
@@ -183,3 +193,76 @@ def test_outputs_are_rendered_by_their_json_kind():
     assert render_output('{"forecast": {"high": 20, "rain": false}, "days": ["mon", "tue"]}') == "forecast high 20, rain false, days mon, tue"
     assert render_output('"line one\\n  line two"') == "line one line two"
     assert render_output("42") == "42" and render_output("[1, 2]") == "[1, 2]" and render_output("not json {") == "not json {"
+
+
+def city(plan: ToolPlan) -> list:
+    return [(c.name, json.loads(c.arguments)) for c in plan.calls]
+
+
+def test_a_string_is_taken_after_the_first_preposition_following_where_its_tool_is_named():
+    said = "What is the weather in Paris and the time in Tokyo?"
+    for parallel in (None, True, False):
+        # Only the weather declared: "in Tokyo" is the (undeclared) time's, not the weather's.
+        assert city(decide("", said, [WEATHER], "auto", parallel)) == [("get_weather", {"city": "Paris"})]
+        # Both declared: the time is named, so it splits the words even when it is not called.
+        assert city(decide("", said, [TIME, WEATHER], "required", parallel)) == [("get_time", {"city": "Tokyo"})]
+    assert city(decide("", said, [WEATHER, TIME], "auto", True)) == [("get_weather", {"city": "Paris"}), ("get_time", {"city": "Tokyo"})]
+    assert city(decide("", said, [WEATHER, TIME], "auto", False)) == [("get_weather", {"city": "Paris"})]
+    assert city(decide("", said, [TIME, WEATHER], "auto", False)) == [("get_time", {"city": "Tokyo"})]
+    # A sentence ends a tool's part: Rome is where the user is, not the city asked about.
+    for tools in ([WEATHER], [WEATHER, TIME]):
+        for parallel in (None, False):
+            assert city(decide("", "What's the weather in Paris? I am in Rome.", tools, "auto", parallel)) == [("get_weather", {"city": "Paris"})]
+    # The heard transcript is a sentence of its own after the typed text.
+    assert city(decide("i am in rome", "Weather in Paris", [WEATHER], "auto", None)) == [("get_weather", {"city": "Paris"})]
+    # The property's own name said comes first; then a preposition before the tool's word.
+    assert city(decide("", "In Paris? No: the weather for city Lisbon", [WEATHER], "auto", None)) == [("get_weather", {"city": "Lisbon"})]
+    assert city(decide("", "In Paris, what's the weather for tomorrow?", [WEATHER], "auto", None)) == [("get_weather", {"city": "Paris"})]
+    # A part stays in its sentence: "in Tokyo" belongs to a sentence before the weather's.
+    assert decide("", "What's the time in Tokyo? And the weather?", [WEATHER], "auto", None).questions == ("I can get weather if you tell me the city.",)
+
+
+def test_tool_parts_end_at_the_next_named_tool_or_the_sentence_end():
+    said = words("In Faro, what's the weather? Then the time in Tokyo and the weather there. Thanks")
+    parts = tool_words([WEATHER], said, named=[WEATHER, TIME])
+    assert [([t.text for t in p.words], p.named_at) for p in parts] == [(["In", "Faro", "", "what's", "the", "weather"], 5)]
+    parts = tool_words([TIME], said, named=[WEATHER, TIME])
+    assert [([t.text for t in p.words], p.named_at) for p in parts] == [(["Then", "the", "time", "in", "Tokyo", "and", "the", "weather", "there"], 2)]
+    # A chosen tool the words do not name takes them all.
+    assert tool_words([BOOK], said, named=[WEATHER, TIME]) == [tool_words([BOOK], said)[0]]
+    assert len(tool_words([BOOK], said)[0].words) == len(said)
+
+
+def test_required_properties_the_words_cannot_fill_take_schema_valid_values_when_a_call_is_forced():
+    schema = {
+        "type": "object",
+        "properties": {
+            "note": {"type": "string"},
+            "size": {"enum": ["small", "large"]},
+            "count": {"type": "integer"},
+            "price": {"type": ["number", "null"]},
+            "vip": {"type": "boolean"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "where": {"type": "object", "properties": {"town": {"type": "string"}, "zip": {"type": "integer"}}, "required": ["town"]},
+            "optional": {"type": "string"},
+        },
+        "required": ["where", "tags", "vip", "price", "count", "size", "note", "extra"],
+    }
+    tool = {"type": "function", "name": "plan_trip", "parameters": schema}
+    plan = decide("and   then", "Plan a trip\n please", [tool], "required", None)
+    # In schema order, a required property the schema does not describe (a string) last.
+    assert plan.calls[0].arguments == (
+        '{"note":"Plan a trip please and then","size":"small","count":0,"price":0,"vip":false,"tags":[],'
+        '"where":{"town":"Plan a trip please and then"},"extra":"Plan a trip please and then"}'
+    )
+    assert decide("", "", [tool], {"type": "function", "name": "plan_trip"}, None).calls[0].arguments.startswith('{"note":"","size":"small"')
+    # Under auto the agent asks instead.
+    assert decide("", "plan a trip", [tool], "auto", None) == ToolPlan(
+        questions=("I can plan trip if you tell me the where, the tags, the vip, the price, the count, the size, the note and the extra.",)
+    )
+    # The words are cut at 64 characters and trimmed; what was filled stays.
+    long = "weather " + "x" * 55 + " in Lisbon"
+    assert fallback_arguments(WEATHER["parameters"], {"unit": "celsius"}, ["city"], "", long) == {"city": long[:64].strip(), "unit": "celsius"}
+    assert len(long[:64].strip()) == 63
+    assert fallback_value({"type": "null"}, "x") is None and fallback_value({}, "said") == "said"
+    assert fallback_value({"type": "integer", "enum": [3, 5]}, "") == 3

@@ -102,7 +102,7 @@ def test_a_new_session_starts_with_openais_default_server_vad():
     created = wire(h, 0)[0]
     assert created["session"]["audio"]["input"]["turn_detection"] == {
         "type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 500,
-        "create_response": True, "interrupt_response": True, "idle_timeout_ms": None,
+        "create_response": True, "interrupt_response": True, "idle_timeout_ms": None, "detector": "energy",
     }
     SERVER_EVENT.validate_python(created)
     # Speech ends a turn by itself: committed and answered, as clients expect.
@@ -119,7 +119,7 @@ def test_semantic_vad_ends_a_turn_after_the_pause_its_eagerness_allows(eagerness
     h = Harness.open()
     ev = update(h, turn_detection={"type": "semantic_vad", "eagerness": eagerness})[-1]
     echoed = wire(h, h.state.seq - 1)[0]["session"]["audio"]["input"]["turn_detection"]
-    assert echoed == {"type": "semantic_vad", "eagerness": eagerness, "create_response": True, "interrupt_response": True}
+    assert echoed == {"type": "semantic_vad", "eagerness": eagerness, "create_response": True, "interrupt_response": True, "detector": "energy"}
     assert ev.config.turn_detection.end_of_turn_silence_ms == pause_ms
     speak(h, 400)
     assert not of(speak(h, pause_ms - 40, loud=False), SpeechStopped)  # a pause shorter than allowed: still the turn
@@ -508,7 +508,7 @@ def test_bad_session_settings_get_a_coded_error_naming_the_field_and_change_noth
         ({"metadata": {"k": 5}}, Code.INVALID_EVENT, "response.metadata"),
         ({"metadata": {f"k{i}": "v" for i in range(17)}}, Code.INVALID_EVENT, "response.metadata"),
         ({"input": [{"type": "item_reference"}]}, Code.INVALID_EVENT, "response.input[0].id"),
-        ({"input": [{"type": "function_call_output", "call_id": "c"}]}, Code.INVALID_EVENT, "response.input[0].call_id"),
+        ({"input": [{"type": "function_call_output", "output": "sunny"}]}, Code.INVALID_EVENT, "response.input[0].call_id"),
         ({"input": [5]}, Code.INVALID_EVENT, "response.input[0]"),
         ({"tool_choice": {"type": "function"}}, Code.INVALID_EVENT, "response.tool_choice"),
         ({"audio": {"output": {"speed": 0.1}}}, Code.INVALID_EVENT, "response.audio.output.speed"),

@@ -11,8 +11,8 @@ import pytest
 from openai.types.realtime import RealtimeServerEvent
 from pydantic import TypeAdapter
 
-from duplex_es.domain import BargeIn, Code, CreateItem, CreateResponse, DeleteItem, ResponseOptions, SessionPatch, UpdateSession
-from duplex_es.events import CommandRejected, FunctionCallChunk, ItemCreated, ResponseDone, TickIssued
+from duplex_es.domain import BargeIn, Code, CreateItem, CreateResponse, DeleteItem, ResponseOptions, SessionPatch, TruncateItem, UpdateSession
+from duplex_es.events import CommandRejected, ContentPart, FunctionCallChunk, ItemCreated, ResponseCreated, ResponseDone, ResponseInput, TickIssued
 from duplex_es.protocol import EXTENSION_EVENT_TYPES, parse_frame, project
 
 from harness import Harness, nid
@@ -175,15 +175,21 @@ def test_an_output_that_cannot_answer_its_call_is_refused_with_its_own_code_and_
     assert h.state.items == before.items and h.state.calls == before.calls and h.state.unapplied == before.unapplied
 
 
-def test_a_call_done_before_its_response_was_cancelled_cannot_be_answered_either():
+def test_a_call_done_before_its_response_was_cancelled_is_answerable_and_only_the_cut_one_is_not():
+    # Clients run a tool as soon as its call is done; a later cancel of the response must not
+    # make them re-run it (the Agents SDK asks for a new response after a refused output).
     h = session()
     respond(h)
     call(h, "call_1", '{"city": "Lisbon"}', done=True)  # done, but the response goes on
-    call(h, "call_2", "{}", done=False, name="get_time", new_item=True)
+    call(h, "call_2", "{", done=False, name="get_time", new_item=True)
+    mark = len(h.wire)
     h.run(BargeIn())
-    assert refused(answer(h, "call_1")) == Code.FUNCTION_CALL_CANCELLED
-    # The client was told call_1 was completed; it stays so in the conversation.
-    assert h.state.items[h.state.calls["call_1"].item_id].status == "completed"
+    # The cut call gets no .done events (clients would run it), only its place in response.done.
+    assert h.types_since(mark)[-1] == "response.done" and "response.output_item.done" not in h.types_since(mark)
+    output = h.wire[-1]["response"]["output"]
+    assert [(o["call_id"], o["status"]) for o in output] == [("call_1", "completed"), ("call_2", "incomplete")]
+    assert isinstance(answer(h, "call_1")[0], ItemCreated)
+    assert refused(answer(h, "call_2")) == Code.FUNCTION_CALL_CANCELLED
 
 
 def test_parallel_calls_are_two_items_of_one_response_and_a_reply_after_a_call_a_third():
@@ -312,3 +318,81 @@ def test_a_tool_whose_parameters_are_not_a_valid_json_schema_is_refused_naming_t
     assert "get_weather" in cmd.message and "strin" in cmd.message
     ok = _frame({"type": "session.update", "session": {"tools": [WEATHER, TIME], "tool_choice": "required", "parallel_tool_calls": False}})
     assert ok.patch.tools == (WEATHER, TIME) and ok.patch.parallel_tool_calls is False
+
+
+# ------------------------------------------------------------------ inline function items in response.input
+
+INLINE = [
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Lisbon?"}]},
+    {"type": "function_call", "call_id": "call_inline", "name": "get_weather", "arguments": '{"city":"Lisbon"}', "id": "fc_1", "status": "completed"},
+    {"type": "function_call_output", "call_id": "call_inline", "output": '{"sky": "clear"}'},
+    {"type": "function_call_output", "call_id": "call_null", "output": None},
+]
+
+
+def test_inline_function_items_in_response_input_parse_as_ga_sends_them():
+    cmd = _frame({"type": "response.create", "response": {"conversation": "none", "input": INLINE}})
+    assert cmd.options.input == (
+        ResponseInput(role="user", content=(ContentPart(type="input_text", text="Weather in Lisbon?"),)),
+        ResponseInput(type="function_call", call_id="call_inline", name="get_weather", arguments='{"city":"Lisbon"}'),
+        ResponseInput(type="function_call_output", call_id="call_inline", output='{"sky": "clear"}'),
+        ResponseInput(type="function_call_output", call_id="call_null", output=""),  # a null output is ""
+    )
+
+
+@pytest.mark.parametrize(
+    "entry,code,param",
+    [
+        ({"type": "function_call_output", "output": "x"}, Code.INVALID_EVENT, "response.input[1].call_id"),
+        ({"type": "function_call_output", "call_id": "c", "output": "x", "role": "tool"}, Code.INVALID_EVENT, "response.input[1].role"),
+        ({"type": "function_call_output", "call_id": "c", "output": "x" * 100_001}, Code.FUNCTION_TEXT_TOO_LONG, "response.input[1].output"),
+        ({"type": "function_call", "call_id": "c", "name": "get_weather"}, Code.INVALID_EVENT, "response.input[1].arguments"),
+        ({"type": "function_call", "call_id": "c", "name": "no spaces", "arguments": "{}"}, Code.INVALID_EVENT, "response.input[1].name"),
+        ({"type": "reasoning", "summary": []}, Code.INVALID_ITEM, "response.input[1].type"),
+    ],
+)
+def test_malformed_inline_function_items_are_refused_naming_the_entry(entry, code, param):
+    cmd = _frame({"type": "response.create", "event_id": "e2", "response": {"input": [INLINE[0], entry]}})
+    assert (cmd.code, cmd.param, cmd.event_id) == (code, param, "e2")
+    if code == Code.INVALID_ITEM:
+        assert cmd.message == "response.input[1].type must be 'item_reference', 'message', 'function_call' or 'function_call_output'; got \"reasoning\""
+
+
+def test_an_unknown_item_type_is_refused_listing_the_types_the_place_takes():
+    cmd = _frame({"type": "conversation.item.create", "item": {"type": "item_reference", "id": "x"}})
+    assert (cmd.code, cmd.param) == (Code.INVALID_ITEM, "item.type")
+    assert cmd.message == "item.type must be 'message', 'function_call' or 'function_call_output'; got \"item_reference\""
+
+
+def test_inline_function_items_are_the_ticks_history_in_order_and_touch_no_call_of_the_session():
+    h = session()
+    respond(h)
+    call(h, "call_1", '{"city": "Lisbon"}', done=True, final=True)
+    h.pump()
+    calls, order = h.state.calls, h.state.item_order
+    evs = h.run(_frame({"type": "response.create", "response": {"conversation": "none", "input": [{"type": "item_reference", "id": order[-1]}, *INLINE]}}))
+    assert isinstance(evs[0], ResponseCreated) and len(evs[0].input) == 5
+    tick = h.live_tick(evs[0].response_id)
+    assert [(e.type, e.role, e.call_id, e.name, e.arguments, e.output) for e in tick.inputs.history] == [
+        ("function_call", "assistant", "call_1", "get_weather", '{"city": "Lisbon"}', None),  # a reference to the session's call
+        ("message", "user", None, None, None, None),
+        ("function_call", "assistant", "call_inline", "get_weather", '{"city":"Lisbon"}', None),
+        ("function_call_output", "tool", "call_inline", None, None, '{"sky": "clear"}'),
+        ("function_call_output", "tool", "call_null", None, None, ""),
+    ]
+    assert [e.item_id for e in tick.inputs.history[1:]] == ["", "", "", ""] and tick.inputs.user_text == "Weather in Lisbon?"
+    # The inline items joined no conversation and made or answered no call: the session's call
+    # still waits for its output, and the inline call_id is unknown to the session.
+    assert h.state.calls == calls and h.state.item_order == order
+    assert refused(answer(h, "call_inline")) == Code.FUNCTION_CALL_NOT_FOUND
+    assert h.refold() == h.state
+
+
+def test_truncating_a_function_item_names_its_type():
+    h = session()
+    h.run(CreateItem(item_id="item_c", role="assistant", type="function_call", call_id="call_old", name="get_weather", arguments="{}"))
+    (rej,) = h.run(TruncateItem(item_id="item_c", audio_end_ms=0))
+    assert rej.code == Code.TRUNCATE_UNSUPPORTED_CONTENT and rej.message.endswith("item item_c is a function_call item")
+    h.run(CreateItem(item_id="item_a", role="assistant", content=(ContentPart(type="output_text", text="hi"),)))
+    (rej,) = h.run(TruncateItem(item_id="item_a", audio_end_ms=0))
+    assert rej.message.endswith("item item_a is an assistant output text item")

@@ -9,7 +9,7 @@ from functools import partial
 
 from duplex_es.domain import commands as c
 from duplex_es.domain import speech_audit
-from duplex_es.domain import input, items, lease, lifecycle, playback, responses, transcription
+from duplex_es.domain import duplex, input, items, lease, lifecycle, playback, responses, transcription
 from duplex_es.domain.kind import Decider, Evolver, SessionKind
 from duplex_es.domain.replace import replace
 from duplex_es.domain.rules import COMMAND_TYPES, keep
@@ -51,6 +51,10 @@ from duplex_es.events import (
     TranscriptionFailed,
     TranscriptionRequested,
     TurnSignaled,
+    OverlapDecided,
+    UnitFailed,
+    UnitIssued,
+    UnitOutput,
 )
 
 __all__ = ["SPEECH", "DECIDERS", "EVOLVERS", "fold_after", "judge"]
@@ -95,6 +99,11 @@ EVOLVERS: dict[type, Evolver] = {
     TranscriptionRequested: transcription.evolve_transcription_requested,
     TranscriptionCompleted: transcription.evolve_transcription_completed,
     TranscriptionFailed: transcription.evolve_transcription_failed,
+    # full duplex
+    UnitIssued: duplex.evolve_unit_issued,
+    UnitOutput: duplex.evolve_unit_output,
+    UnitFailed: duplex.evolve_unit_failed,
+    OverlapDecided: duplex.evolve_overlap_decided,
 }
 
 
@@ -141,10 +150,13 @@ DECIDERS: dict[type, Decider] = {
 
 def judge(state: SessionState, answer: TickAnswer) -> ticks.Verdict:
     """The verdict on a worker's answer: a response tick's output or failure
-    (:func:`~duplex_es.domain.responses.classify_output`), or a transcript."""
+    (:func:`~duplex_es.domain.responses.classify_output`), a full-duplex unit's
+    (:func:`~duplex_es.domain.duplex.unit_verdict`), or a transcript."""
     if isinstance(answer, (TranscriptionCompleted, TranscriptionFailed)):
         why = transcription.transcription_verdict(state, answer)
         return ticks.ACCEPTED if why == "accepted" else ticks.Verdict("discarded", why)
+    if isinstance(answer, (UnitOutput, UnitFailed)):
+        return duplex.unit_verdict(state, answer)
     return responses.classify_output(state, answer)  # type: ignore[arg-type]
 
 
@@ -161,4 +173,5 @@ SPEECH = SessionKind(
     ended_by=(SessionClosed, SessionExpired),
     audit=speech_audit.audit_speech,
     judge=judge,
+    wakeup_ms=duplex.next_unit_due_ms,
 )

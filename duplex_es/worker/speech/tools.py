@@ -8,9 +8,10 @@ quotes this rule; the numbered points below are its source.
 1. **The user's words** are the typed text of the user item being answered
    (``inputs.user_text``) followed by the ASR transcript of its audio. They are split into
    *words* (runs of letters and digits, with inner ``'`` or ``-``: ``what's``, ``Saint-Denis``,
-   ``3.5``); ``. , ; : ! ?`` and the seam between typed and heard text are *breaks*. Two words
-   *match* when they are equal ignoring case and ``'``, after a final ``s`` is dropped from words
-   of four letters or more (``orders`` matches ``order``, ``What's`` matches ``whats``).
+   ``3.5``); ``. , ; : ! ?`` and the seam between typed and heard text are *breaks*, and
+   ``. ! ?`` and the seam also end a *sentence*. Two words *match* when they are equal
+   ignoring case and ``'``, after a final ``s`` is dropped from words of four letters or more
+   (``orders`` matches ``order``, ``What's`` matches ``whats``).
 2. **Tools.** Only function tools take part: entries of ``inputs.tools`` whose ``type`` is
    ``"function"`` or absent (``mcp`` and other tools are ignored). A tool's *name words* are its
    name split on ``_``, ``-``, ``.`` and camelCase (``getWeather``, ``get_weather`` → get,
@@ -36,9 +37,13 @@ quotes this rule; the numbered points below are its source.
      (``12``, ``3.5``) or number words 0..99 (``four``, ``twenty one``, ``twenty-one``); an
      ``integer`` only a whole number;
    - then ``string`` properties (also a property with no ``type``): the words after the
-     property's own name words where the user says them (``city Lisbon``, ``order id 123``),
-     else after the last of :data:`PREPOSITIONS` (in, for, at, from, to, near, about, called,
-     named) — the first of these places, in that order, after which a word can be taken.
+     property's own name words where the user says them (``city Lisbon``, ``order id 123``);
+     else after the first of :data:`PREPOSITIONS` (in, for, at, from, to, near, about, called,
+     named) that follows the word naming the tool (``weather in Paris and the time in Tokyo``:
+     Paris for the weather); else after the nearest one before that word (``In Paris, what's
+     the weather?``) — the first of these places, in that order, after which a word can be
+     taken. A tool chosen without being named (``"required"`` with nothing named, a named
+     function the words do not name) looks after every preposition, first to last.
      Up to 3 words are taken, skipping leading articles (a, an, the, my, our, your) and
      stopping at a break, a stopword (prepositions included), a time word
      (:data:`TIME_WORDS`: today, tomorrow, morning, early, please, ...) or a word that filled
@@ -46,17 +51,28 @@ quotes this rule; the numbered points below are its source.
      transcript is lower case).
 
    ``boolean``, ``object`` and ``array`` properties are not filled. The arguments are
-   ``json.dumps`` of the filled properties, compact, in schema order. When several tools are
-   chosen, the user's words are split where each tool is first named (its first word that
-   matches one of its name or description words) and each tool fills its arguments from its
-   own part only, up to where the next tool is first named; the first part also takes the
-   words before it (``weather in Lisbon and book a table at Nando's``: Lisbon for the weather,
-   Nando's for the table).
+   ``json.dumps`` of the filled properties, compact, in schema order.
+
+   Each tool fills its arguments from its own *part* of the user's words only. A tool is
+   *first named* at its first word that matches one of its counting name or description
+   words. Its part lies in the sentence where it is first named: from that word up to where
+   another *named* tool (rule 3, whether or not it is called: ``parallel_tool_calls`` does not
+   change the arguments of the tool it calls) is first named, or to the sentence's end; the
+   first tool named in a sentence also takes the sentence's words before it, and tools first
+   named by the same word share a part (``weather in Lisbon and book a table at Nando's``:
+   Lisbon for the weather, Nando's for the table; ``What's the weather in Paris? I am in
+   Rome.``: Paris). A tool the words do not name at all takes all the words.
 6. **A required property not filled.** Under ``"auto"`` the tool is not called; the agent
    asks instead, one spoken item per such tool after any calls it does make:
    ``I can <tool name words> if you tell me the <property name words>.`` (several properties:
-   ``the city and the date``). Under ``"required"`` or a named function the call is made with
-   what was filled.
+   ``the city and the date``). Under ``"required"`` or a named function the call is made, and
+   each such property takes a value its schema accepts (:func:`fallback_value`), so a client
+   that validates the arguments against the tool's schema can run it: an ``enum`` its first
+   value; a ``number`` / ``integer`` ``0``; a ``boolean`` ``false``; an ``object`` its own
+   required properties filled the same way; an ``array`` ``[]``; a ``null`` ``null``; a
+   ``string`` (or no ``type``) the user's words — the typed text and the transcript joined
+   by a space, whitespace runs made one space, at most :data:`MAX_FALLBACK_CHARS` (64)
+   characters, trimmed; ``""`` when the user said nothing.
 7. **After the outputs.** When the response's history ends with ``function_call_output``
    entries (the entries after its last message, the calls and their outputs, end with an
    output), the agent makes no call — even under ``"required"``, which would otherwise keep
@@ -86,6 +102,8 @@ __all__ = [
     "Token",
     "ToolCall",
     "ToolPlan",
+    "ToolPart",
+    "MAX_FALLBACK_CHARS",
     "tokens",
     "user_tokens",
     "name_words",
@@ -94,6 +112,8 @@ __all__ = [
     "named_tools",
     "chosen_tools",
     "fill_arguments",
+    "fallback_value",
+    "fallback_arguments",
     "tool_words",
     "question",
     "decide",
@@ -131,8 +151,13 @@ TIME_WORDS = frozenset(
     """.split()
 )
 
-#: Words after which a string argument is looked for (the last one that gives a word wins).
+#: Words after which a string argument is looked for (rule 5: the first one after the word
+#: naming the tool that gives a word wins).
 PREPOSITIONS = ("in", "for", "at", "from", "to", "near", "about", "called", "named")
+
+#: The most characters of the user's words a required string property not filled takes under
+#: ``"required"`` or a named function (rule 6).
+MAX_FALLBACK_CHARS = 64
 
 #: Words skipped at the start of a string argument.
 ARTICLES = frozenset({"a", "an", "the", "my", "our", "your"})
@@ -154,9 +179,11 @@ _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 @attrs.frozen
 class Token:
     """One word of the user's words (``text`` as it was written or heard), or a break
-    (``text`` empty): punctuation, or the seam between typed and heard text."""
+    (``text`` empty): punctuation, or the seam between typed and heard text. ``ends_sentence``:
+    the break is ``.``, ``!``, ``?`` or the seam (rule 1)."""
 
     text: str
+    ends_sentence: bool = False
 
     @property
     def is_break(self) -> bool:
@@ -182,12 +209,12 @@ def _counts(word: str) -> bool:
 
 def tokens(text: str) -> list[Token]:
     """``text`` as words and breaks (rule 1)."""
-    return [Token("" if m.group() in ".,;:!?" else m.group()) for m in _TOKEN.finditer(text)]
+    return [Token("", m.group() in ".!?") if m.group() in ".,;:!?" else Token(m.group()) for m in _TOKEN.finditer(text)]
 
 
 def user_tokens(transcript: str, typed: str) -> list[Token]:
-    """The user's words: the typed text, a break, then the transcript."""
-    return tokens(typed) + [Token("")] + tokens(transcript)
+    """The user's words: the typed text, a sentence break, then the transcript."""
+    return tokens(typed) + [Token("", True)] + tokens(transcript)
 
 
 def name_words(name: str) -> list[str]:
@@ -296,13 +323,23 @@ def _after_name(words: Sequence[Token], prop_name: str) -> list[int]:
     return [i + n for i in range(len(said) - n + 1) if said[i : i + n] == keys]
 
 
-def fill_arguments(parameters: Any, words: Sequence[Token]) -> tuple[dict[str, Any], list[str]]:
-    """The arguments ``words`` fill in the JSON Schema ``parameters`` (rule 5), in schema order,
-    and the required properties left unfilled (in ``required``'s order)."""
-    props = parameters.get("properties") if isinstance(parameters, Mapping) else None
-    props = props if isinstance(props, Mapping) else {}
-    required = parameters.get("required") if isinstance(parameters, Mapping) else None
-    required = [r for r in required if isinstance(r, str)] if isinstance(required, list) else []
+def _required(schema: Any) -> list[str]:
+    required = schema.get("required") if isinstance(schema, Mapping) else None
+    return [r for r in required if isinstance(r, str)] if isinstance(required, list) else []
+
+
+def _properties(schema: Any) -> Mapping[str, Any]:
+    props = schema.get("properties") if isinstance(schema, Mapping) else None
+    return props if isinstance(props, Mapping) else {}
+
+
+def fill_arguments(parameters: Any, words: Sequence[Token], named_at: int = 0) -> tuple[dict[str, Any], list[str]]:
+    """The arguments ``words`` (a tool's part) fill in the JSON Schema ``parameters`` (rule 5),
+    in schema order, and the required properties left unfilled (in ``required``'s order).
+    ``named_at``: the index in ``words`` of the word naming the tool; string properties look
+    after the prepositions from there on first, then after those before it, nearest first."""
+    props = _properties(parameters)
+    required = _required(parameters)
     filled: dict[str, Any] = {}
     used: set[int] = set()
     said_keys = [t.key if not t.is_break else None for t in words]
@@ -341,8 +378,9 @@ def fill_arguments(parameters: Any, words: Sequence[Token]) -> tuple[dict[str, A
     for name, prop in props.items():
         if not isinstance(prop, Mapping) or isinstance(prop.get("enum"), list) or _schema_type(prop) != "string":
             continue
+        preps = [i for i, w in enumerate(words) if w.text.lower() in PREPOSITIONS]
         starts = _after_name(words, name)
-        starts += [i + 1 for i in reversed(range(len(words))) if words[i].text.lower() in PREPOSITIONS]
+        starts += [i + 1 for i in preps if i >= named_at] + [i + 1 for i in reversed(preps) if i < named_at]
         for start in starts:
             taken = _capture(words, start, used)
             if taken:
@@ -351,6 +389,42 @@ def fill_arguments(parameters: Any, words: Sequence[Token]) -> tuple[dict[str, A
                 break
     ordered = {name: filled[name] for name in props if name in filled}
     return ordered, [r for r in required if r not in ordered]
+
+
+def fallback_value(prop: Any, said: str) -> Any:
+    """The value a required property the words cannot fill takes under ``"required"`` or a
+    named function (rule 6), from its JSON Schema ``prop``: an enum's first value, ``0``,
+    ``False``, ``[]``, ``None``, an object of its own required properties' fallbacks, or
+    ``said`` (the user's words, see :func:`fallback_arguments`) for a string."""
+    prop = prop if isinstance(prop, Mapping) else {}
+    enum = prop.get("enum")
+    if isinstance(enum, list) and enum:
+        return enum[0]
+    kind = _schema_type(prop)
+    if kind in ("number", "integer"):
+        return 0
+    if kind == "boolean":
+        return False
+    if kind == "array":
+        return []
+    if kind == "null":
+        return None
+    if kind == "object":
+        props = _properties(prop)
+        return {r: fallback_value(props.get(r), said) for r in _required(prop)}
+    return said
+
+
+def fallback_arguments(parameters: Any, args: Mapping[str, Any], missing: Sequence[str], transcript: str, typed: str) -> dict[str, Any]:
+    """``args`` with each of the ``missing`` required properties given its
+    :func:`fallback_value` (rule 6), in schema order (a required property the schema does not
+    describe last, in ``required``'s order). A string takes the user's words: ``typed`` and
+    ``transcript`` joined by a space, whitespace runs made one space, cut to
+    :data:`MAX_FALLBACK_CHARS` characters and trimmed (``""`` when there are none)."""
+    said = " ".join(f"{typed} {transcript}".split())[:MAX_FALLBACK_CHARS].strip()
+    props = _properties(parameters)
+    values = {**args, **{m: fallback_value(props.get(m), said) for m in missing}}
+    return {**{n: values[n] for n in props if n in values}, **{n: v for n, v in values.items() if n not in props}}
 
 
 def _listing(parts: Sequence[str]) -> str:
@@ -388,35 +462,55 @@ def _first_mention(tool: Mapping[str, Any], words: Sequence[Token]) -> int:
     return next((i for i, t in enumerate(words) if not t.is_break and t.key in keys), len(words))
 
 
-def tool_words(chosen: Sequence[Mapping[str, Any]], words: Sequence[Token]) -> list[Sequence[Token]]:
-    """The words each of the ``chosen`` tools fills its arguments from (rule 5): all of them
-    for one tool; for several, the part from where the tool is first named to where another
-    is (the first part from the start; tools first named by the same word share a part)."""
-    if len(chosen) < 2:
-        return [words] * len(chosen)
-    mentions = [_first_mention(t, words) for t in chosen]
-    marks = sorted(set(mentions))
+@attrs.frozen
+class ToolPart:
+    """The words one chosen tool fills its arguments from (rule 5), and ``named_at``: the index
+    in ``words`` of the word first naming the tool (0 for a tool the words do not name)."""
+
+    words: tuple[Token, ...]
+    named_at: int = 0
+
+
+def tool_words(chosen: Sequence[Mapping[str, Any]], words: Sequence[Token], named: Sequence[Mapping[str, Any]] = ()) -> list[ToolPart]:
+    """The part of ``words`` each of the ``chosen`` tools fills its arguments from (rule 5).
+    ``named``: the tools the words name (rule 3); they, and the chosen tools, split the words
+    whether or not they are chosen. A part lies in the sentence where its tool is first named,
+    from that word to where another of those tools is first named or the sentence ends; the
+    first of them named in a sentence also takes the sentence's words before it."""
+    marks = sorted({m for m in (_first_mention(t, words) for t in (*named, *chosen)) if m < len(words)})
     parts = []
-    for m in mentions:
-        start = 0 if m == marks[0] else m
-        end = next((x for x in marks if x > m), len(words))
-        parts.append(words[start:end])
+    for tool in chosen:
+        at = _first_mention(tool, words)
+        if at >= len(words):
+            parts.append(ToolPart(tuple(words), 0))
+            continue
+        sentence = next((i + 1 for i in reversed(range(at)) if words[i].ends_sentence), 0)
+        before = [m for m in marks if sentence <= m < at]
+        start = at if before else sentence
+        end = next((m for m in marks if m > at), len(words))
+        end = next((i for i in range(at, end) if words[i].ends_sentence), end)
+        parts.append(ToolPart(tuple(words[start:end]), at - start))
     return parts
 
 
 def decide(transcript: str, typed: str, tools: Iterable[Any], tool_choice: Any, parallel_tool_calls: Optional[bool]) -> Optional[ToolPlan]:
     """The agent's calls and questions for a user who said ``transcript`` and typed ``typed``
     (rules 1–6); ``None`` when it uses no tool (it echoes)."""
+    tools = list(tools)
     words = user_tokens(transcript, typed)
     chosen, mode = chosen_tools(tools, tool_choice, parallel_tool_calls, words)
     if not chosen:
         return None
+    named = named_tools(function_tools(tools), words)
     calls, questions = [], []
-    for tool, part in zip(chosen, tool_words(chosen, words)):
-        args, missing = fill_arguments(tool.get("parameters"), part)
+    for tool, part in zip(chosen, tool_words(chosen, words, named)):
+        parameters = tool.get("parameters")
+        args, missing = fill_arguments(parameters, part.words, part.named_at)
         if missing and mode == "auto":
             questions.append(question(tool["name"], missing))
             continue
+        if missing:
+            args = fallback_arguments(parameters, args, missing, transcript, typed)
         calls.append(ToolCall(tool["name"], json.dumps(args, separators=(",", ":"), ensure_ascii=False)))
     return ToolPlan(tuple(calls), tuple(questions))
 

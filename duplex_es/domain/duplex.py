@@ -1,0 +1,367 @@
+"""Full-duplex speech sessions: the model hears the input continuously and decides when to
+talk (docs/duplex.md).
+
+Appends of a ``full_duplex`` session do not fill the input buffer: they wait in
+``state.duplex`` until a *unit* applies them — one unit in flight at a time, issued once at least
+``chunk_period_ms`` of input audio waits, applying every waiting append in order. The engine's
+answer to a unit listens or speaks; speaking with no open turn commits the user's utterance as a
+user item and opens a response (its ids derived from the unit, so every replay names them the
+same); ``end_of_turn`` ends it (the pump logs its ``response.done``). A cancelled unit (its epoch
+moved: a barge-in, a cancel, the session's end) gives its appends back, so each append is
+applied by exactly one committed unit (docs/architecture.md, I5).
+
+User speech that begins while the model holds the turn goes through the overlap policy
+(``overlap``): ``barge_in`` cancels the turn (``turn_detected``) and the speech reaches the model
+in the next unit; ``listen`` lets the model go on. Each decision is an ``overlap.decided`` event.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Callable, Optional
+
+from duplex_es.domain.playback import refresh_transcripts
+from duplex_es.domain.replace import replace
+from duplex_es.domain.rules import put_item, put_response
+from duplex_es.domain.state import Item, Response, SessionState
+from duplex_es.domain.ticks import Verdict, judge_echo
+from duplex_es.events import (
+    AudioSegment,
+    Event,
+    OverlapDecided,
+    SpeechInputs,
+    TickIdentity,
+    UnitFailed,
+    UnitIssued,
+    UnitOutput,
+)
+
+__all__ = [
+    "TURN_MODES",
+    "OVERLAP_POLICIES",
+    "CHUNK_PERIOD_RANGE_MS",
+    "MAX_SILENCE_UNITS",
+    "unit_due",
+    "next_unit_due_ms",
+    "wants_silence",
+    "overlap_events",
+    "unit_verdict",
+    "requeue",
+    "evolve_unit_issued",
+    "evolve_unit_output",
+    "evolve_unit_failed",
+    "evolve_overlap_decided",
+    "add_pending",
+]
+
+#: ``duplex.mode`` values: a response per turn, or the model listening all the time.
+TURN_MODES = ("turn_based", "full_duplex")
+
+#: ``duplex.overlap`` values: what user speech over the model's turn does.
+OVERLAP_POLICIES = ("barge_in", "listen")
+
+#: Allowed ``duplex.chunk_period_ms`` (ms of input audio per unit). vLLM-Omni's default is
+#: 1000 ms; ours is 200 ms, which a CPU engine steps well within real time.
+CHUNK_PERIOD_RANGE_MS = (20, 5000)
+
+
+def _suffix(request_id: str) -> str:
+    return request_id.removeprefix("req_")
+
+
+def _inputs(state: SessionState) -> SpeechInputs:
+    cfg = state.config
+    assert cfg is not None
+    return SpeechInputs(
+        input_format=cfg.input_format,
+        output_format=cfg.output_format,
+        instructions=cfg.instructions,
+        voice=cfg.voice,
+        output_modalities=cfg.output_modalities,
+        engine=cfg.engine or cfg.model,
+        model=cfg.model,
+        max_output_tokens=cfg.max_output_tokens,
+        speed=cfg.speed,
+        temperature=cfg.temperature,
+        tools=cfg.tools,
+        tool_choice=cfg.tool_choice,
+        parallel_tool_calls=cfg.parallel_tool_calls,
+    )
+
+
+#: The most silence units in a row (no real input between them): a model that keeps
+#: waiting without an answer stops being stepped until input comes (the reference's bound of
+#: 64 per auto-response turn).
+MAX_SILENCE_UNITS = 64
+
+
+def wants_silence(state: SessionState) -> bool:
+    """Whether the engine is to be stepped on without input: its turn is open, or its last
+    answer asked to (``continue_turn``), and the silence bound is not reached."""
+    d = state.duplex
+    return state.full_duplex and (d.response_id is not None or d.continue_turn) and d.silent_units < MAX_SILENCE_UNITS
+
+
+def unit_due(state: SessionState, request_id: Optional[str], *, epoch: Optional[int] = None, now_ms: Optional[int] = None) -> list[Event]:
+    """The next unit, if one is due (docs/duplex.md, "Units"), for a full-duplex session with
+    no unit in flight (``request_id`` ``None``: nothing can be issued):
+
+    * at least one chunk period of input waits: a unit of the oldest waiting appends that make
+      one period (whole appends) — so a session's units are the same whatever the timing, and a
+      replay or a take-over after a crash hears the same units;
+    * else, while the engine is mid-turn (:func:`wants_silence`) and no input waits, a *silence
+      unit* of one chunk period of quiet, one period after the last unit (``now_ms``, the
+      host's clock); input that waits short of a period (a client that stopped mid-period) goes
+      in a unit of its own two periods after the last one.
+    """
+    d = state.duplex
+    if request_id is None or not state.full_duplex or d.unit is not None:
+        return []
+    cfg = state.config
+    assert cfg is not None
+    period = cfg.chunk_period_ms * cfg.input_format.rate // 1000
+    take = len(d.pending)
+    if d.samples >= period:
+        got, take = 0, 0
+        while got < period:
+            got += d.segments[take].samples
+            take += 1
+    else:
+        waited = None if now_ms is None or d.last_unit_ms is None else now_ms - d.last_unit_ms
+        wait = cfg.chunk_period_ms * (2 if d.pending else 1)
+        if waited is None or waited < wait or not wants_silence(state):
+            return []
+    return [
+        UnitIssued(
+            request_id=request_id,
+            epoch=state.epoch if epoch is None else epoch,
+            chunk_index=d.next_unit,
+            applied_event_ids=d.pending[:take],
+            audio=d.segments[:take],
+            start_sample=d.pending_start if d.pending else state.input_clock,
+            response_id=d.response_id,
+            engine_state=d.engine_state,
+            inputs=_inputs(state),
+            silence_ms=0 if d.pending else cfg.chunk_period_ms,
+            issued_at_ms=now_ms,
+        )
+    ]
+
+
+def next_unit_due_ms(state: SessionState) -> Optional[int]:
+    """When a silence unit falls due (Unix ms, the host's clock), or ``None``: the session
+    kind's wake-up (docs/architecture.md, "Session kinds")."""
+    d = state.duplex
+    if d.unit is not None or d.last_unit_ms is None or not wants_silence(state):
+        return None
+    return d.last_unit_ms + state.config.chunk_period_ms * (2 if d.pending else 1)  # type: ignore[union-attr]
+
+
+def overlap_events(state: SessionState, audio_start_ms: int, cancel: Callable[[SessionState, Response], list[Event]]) -> list[Event]:
+    """The overlap policy on user speech that began at ``audio_start_ms`` while the model holds
+    its turn (``[]`` when it does not): the decision, and for ``barge_in`` the events that
+    cancel the turn (``cancel(state, response)``: the epoch change and its ``response.done``)."""
+    d = state.duplex
+    resp = state.responses.get(d.response_id) if d.response_id else None
+    if resp is None or not resp.active or state.config is None:
+        return []
+    policy = state.config.overlap
+    reason = "user_speech_over_the_model" if policy == "barge_in" else "policy_listen"
+    decided = OverlapDecided(decision=policy, reason=reason, response_id=resp.id, audio_start_ms=audio_start_ms)
+    return [decided, *cancel(state, resp)] if policy == "barge_in" else [decided]
+
+
+def add_pending(state: SessionState, seq: int, samples: int, start_sample: int) -> SessionState:
+    """A logged append waits for the next unit."""
+    d = state.duplex
+    d = replace(
+        d,
+        pending=d.pending + (seq,),
+        segments=d.segments + (AudioSegment(seq=seq, offset=0, samples=samples),),
+        samples=d.samples + samples,
+        pending_start=d.pending_start if d.pending else start_sample,
+    )
+    return replace(state, duplex=d)
+
+
+def requeue(state: SessionState) -> SessionState:
+    """The unit in flight is cancelled: its appends wait again, before any that came since."""
+    d = state.duplex
+    if d.unit is None:
+        return state
+    return replace(
+        state,
+        duplex=replace(
+            d,
+            unit=None,
+            pending=d.unit_seqs + d.pending,
+            segments=d.unit_segments + d.segments,
+            samples=sum(s.samples for s in d.unit_segments) + d.samples,
+            pending_start=d.unit_start,
+            unit_seqs=(),
+            unit_segments=(),
+        ),
+    )
+
+
+# ------------------------------------------------------------------------------- verdicts
+
+
+def unit_verdict(state: SessionState, ev: UnitOutput | UnitFailed) -> Verdict:
+    """Judge an engine's answer against the unit in flight (docs/architecture.md, I5, I7):
+    discarded when no unit with its ``request_id`` is live (cancelled: ``stale_epoch``),
+    rejected when it does not echo the unit, accepted otherwise."""
+    d = state.duplex
+    live = None
+    if d.unit is not None:
+        live = TickIdentity(session_id=state.session_id, request_id=d.unit, epoch=d.unit_epoch, chunk_index=d.next_unit - 1, applied_event_ids=d.unit_seqs)
+    return judge_echo(live, ev, epoch=state.epoch)
+
+
+# ---------------------------------------------------------------------------------- evolvers
+
+
+def evolve_unit_issued(ev: UnitIssued, state: SessionState, seq: int) -> SessionState:
+    d = state.duplex
+    taken = set(ev.applied_event_ids)
+    rest = tuple(s for s in d.segments if s.seq not in taken)
+    d = replace(
+        d,
+        unit=ev.request_id,
+        unit_epoch=ev.epoch,
+        unit_seqs=ev.applied_event_ids,
+        unit_segments=ev.audio,
+        unit_start=ev.start_sample,
+        pending=tuple(s for s in d.pending if s not in taken),
+        segments=rest,
+        samples=sum(s.samples for s in rest),
+        pending_start=ev.start_sample + sum(s.samples for s in ev.audio),
+        next_unit=ev.chunk_index + 1,
+        turn_item_id=d.turn_item_id or "item_" + _suffix(ev.request_id),
+        last_unit_ms=ev.issued_at_ms if ev.issued_at_ms is not None else d.last_unit_ms,
+        silent_units=d.silent_units + 1 if not ev.applied_event_ids else 0,
+    )
+    return replace(state, duplex=d)
+
+
+def evolve_unit_output(ev: UnitOutput, state: SessionState, seq: int) -> SessionState:
+    verdict = unit_verdict(state, ev)
+    if verdict.kind == "discarded":
+        return state
+    if verdict.kind == "rejected":
+        return _fail(state, "tick_identity_mismatch", "engine output does not echo its unit")
+    d = state.duplex
+    d = replace(
+        d,
+        unit=None,
+        unit_seqs=(),
+        unit_segments=(),
+        engine_state=ev.engine_state,
+        continue_turn=ev.continue_turn,
+        processed=d.processed + len(d.unit_seqs),
+        turn_audio=d.turn_audio + d.unit_segments if d.response_id is None else d.turn_audio,
+        turn_transcript=d.turn_transcript + ev.user_transcript_delta,
+    )
+    state = replace(state, duplex=d)
+    if ev.audio or ev.text_delta:
+        if d.response_id is None:
+            state = _open_turn(state, ev.request_id)
+        state = _speak(state, ev, seq)
+    if ev.end_of_turn and state.duplex.response_id is not None:
+        resp = state.responses[state.duplex.response_id]
+        state = put_response(state, replace(resp, final_seen=True))
+        state = replace(state, duplex=replace(state.duplex, response_id=None))
+    return state
+
+
+def evolve_unit_failed(ev: UnitFailed, state: SessionState, seq: int) -> SessionState:
+    verdict = unit_verdict(state, ev)
+    if verdict.kind == "discarded":
+        return state
+    d = state.duplex
+    # The failed unit answered its appends (the model will not hear them again: retrying a
+    # failing step would fail again); the open turn, if any, fails.
+    state = replace(state, duplex=replace(d, unit=None, unit_seqs=(), unit_segments=(), processed=d.processed + len(d.unit_seqs)))
+    return _fail(state, ev.code, ev.message)
+
+
+def _fail(state: SessionState, code: str, message: str) -> SessionState:
+    d = state.duplex
+    if d.response_id is None:
+        return replace(state, duplex=replace(d, unit=None))
+    resp = state.responses[d.response_id]
+    state = put_response(state, replace(resp, failure_code=code, failure_message=message))
+    return replace(state, duplex=replace(d, unit=None, response_id=None))
+
+
+def evolve_overlap_decided(ev: OverlapDecided, state: SessionState, seq: int) -> SessionState:
+    return state  # the decision is its consequences (the cancel that follows it), logged for replay
+
+
+def _open_turn(state: SessionState, request_id: str) -> SessionState:
+    """The model starts to speak: what it heard of the user since its last turn becomes a user
+    item, and its turn a response (ids derived from the unit that opened it)."""
+    cfg = state.config
+    assert cfg is not None
+    d = state.duplex
+    suffix = _suffix(request_id)
+    if d.turn_audio:
+        user = Item(
+            id=d.turn_item_id or "item_u" + suffix,
+            role="user",
+            audio=d.turn_audio,
+            input_samples=sum(s.samples for s in d.turn_audio),
+            transcript=d.turn_transcript,
+            transcription="heard",
+            audio_format=cfg.input_format,
+        )
+        state = put_item(state, user)
+    response_id, item_id = "resp_" + suffix, "item_r" + suffix
+    resp = Response(
+        id=response_id,
+        item_ids=(item_id,),
+        epoch=state.epoch,
+        output_modalities=cfg.output_modalities,
+        voice=cfg.voice,
+        instructions=cfg.instructions,
+        output_format=cfg.output_format,
+        by_units=True,
+        started_at_sample=state.input_clock,
+    )
+    item = Item(
+        id=item_id,
+        role="assistant",
+        status="in_progress",
+        content_type="output_audio" if "audio" in cfg.output_modalities else "output_text",
+        response_id=response_id,
+        audio_format=cfg.output_format,
+    )
+    state = put_item(put_response(state, resp), item)
+    duplex = replace(state.duplex, response_id=response_id, turn_audio=(), turn_transcript="", turn_item_id=None)
+    return replace(state, active_response_id=response_id, duplex=duplex, idle_since_sample=None)
+
+
+def _speak(state: SessionState, ev: UnitOutput, seq: int) -> SessionState:
+    """Add a unit's audio and text to the model's turn (as a tick output adds to a response)."""
+    resp = state.responses[state.duplex.response_id]  # type: ignore[index]
+    item = state.items[resp.item_id]
+    width = 2 if resp.output_format.type == "audio/pcm" else 1
+    new_samples = len(base64.b64decode(ev.audio)) // width if ev.audio else 0
+    item = replace(
+        item,
+        full_text=item.full_text + ev.text_delta,
+        audio_samples=item.audio_samples + new_samples,
+        audio=item.audio + ((AudioSegment(seq=seq, offset=0, samples=new_samples),) if new_samples else ()),
+        marks=item.marks + tuple(ev.marks),
+        complete=item.complete or ev.end_of_turn,
+    )
+    resp = replace(
+        resp,
+        usage=resp.usage if ev.usage is None else resp.usage + ev.usage,
+        next_chunk=resp.next_chunk + 1,
+        generated_ms=item.offset_ms + item.generated_ms,
+    )
+    state = replace(state, audio_output_started=state.audio_output_started or new_samples > 0)
+    state = put_response(put_item(state, item), resp)
+    return refresh_transcripts(state, resp.id)
+

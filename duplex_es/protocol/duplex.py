@@ -1,0 +1,115 @@
+"""Full-duplex units → wire events (docs/duplex.md, "On the wire"; vLLM-Omni's event names for
+what GA has no name for: ``response.listen``, ``response.speak``, ``overlap.decision``,
+``input_audio_buffer.processed``).
+
+A unit's output is projected in this order: what the engine heard of the user
+(``conversation.item.input_audio_transcription.delta``); if the model starts to speak, the user
+item it answers and its response (``response.created``, ``response.speak`` once, the output
+item's opening); its audio and transcript deltas, or ``response.listen`` with the reason; and
+last, one ``input_audio_buffer.processed`` per append the unit applied, in input order — after
+the output those appends caused.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from duplex_es.domain.audio import ms_of
+from duplex_es.domain.duplex import unit_verdict
+from duplex_es.domain.state import SessionState
+from duplex_es.events import OverlapDecided, UnitFailed, UnitOutput
+from duplex_es.protocol.outbound import MAX_AUDIO_DELTA_BYTES, Ctx, Projection, _ids, _opening, _response_json, item_json
+
+__all__ = ["PROJECTIONS", "SILENT_EVENT_TYPES"]
+
+#: Units are between the session and its workers.
+SILENT_EVENT_TYPES = frozenset({"duplex.unit.issued"})
+
+
+def _processed(before: SessionState, seqs: tuple[int, ...], decision: str, reason: str | None) -> list[dict[str, Any]]:
+    """One ``input_audio_buffer.processed`` per applied append, in order: its index among the
+    session's appends, and where it ends on the input clock (ms)."""
+    d, cfg = before.duplex, before.config
+    assert cfg is not None
+    out, end = [], d.unit_start
+    sizes = {s.seq: s.samples for s in d.unit_segments}
+    for i, seq in enumerate(seqs):
+        end += sizes.get(seq, 0)
+        out.append(
+            {
+                "type": "input_audio_buffer.processed",
+                "input_index": d.processed + i,
+                "audio_end_ms": ms_of(end, cfg.input_format.rate),
+                "decision": decision,
+                "reason": reason,
+            }
+        )
+    return out
+
+
+def project_unit_output(ev: UnitOutput, ctx: Ctx) -> list[dict[str, Any]]:
+    before, after = ctx.before, ctx.after
+    if not unit_verdict(before, ev).accepted:
+        return []  # a cancelled unit's answer is logged, never sent (docs/architecture.md, I7)
+    out: list[dict[str, Any]] = []
+    if ev.user_transcript_delta and before.duplex.turn_item_id:
+        out.append(
+            {"type": "conversation.item.input_audio_transcription.delta", "item_id": before.duplex.turn_item_id, "content_index": 0, "delta": ev.user_transcript_delta}
+        )
+    speaks = bool(ev.audio or ev.text_delta)
+    opened = speaks and before.duplex.response_id is None
+    resp = after.responses.get(after.active_response_id or "") if speaks else None
+    if opened and resp is not None:
+        user = after.items.get(before.duplex.turn_item_id or "")
+        if user is not None and before.duplex.turn_audio:
+            uj = item_json(user)
+            previous = after.previous_of(user.id)
+            out += [
+                {"type": "conversation.item.added", "item": uj, "previous_item_id": previous},
+                {"type": "conversation.item.done", "item": uj, "previous_item_id": previous},
+                {
+                    "type": "conversation.item.input_audio_transcription.completed",
+                    "item_id": user.id,
+                    "content_index": 0,
+                    "transcript": user.transcript,
+                    "usage": {"type": "duration", "seconds": round(user.input_samples / user.audio_format.rate, 3)},
+                },
+            ]
+        out.append({"type": "response.created", "response": _response_json(after, resp)})
+        out.append({"type": "response.speak", "response_id": resp.id})
+        out += _opening(after, resp, after.items[resp.item_ids[0]])
+    if speaks and resp is not None:
+        item = after.items[resp.item_id]
+        audio_mode = item.content_type == "output_audio"
+        if audio_mode and ev.audio:
+            raw = base64.b64decode(ev.audio)
+            for start in range(0, len(raw), MAX_AUDIO_DELTA_BYTES):
+                piece = base64.b64encode(raw[start : start + MAX_AUDIO_DELTA_BYTES]).decode("ascii")
+                out.append({"type": "response.output_audio.delta", **_ids(resp, item), "delta": piece})
+        if ev.text_delta:
+            kind = "response.output_audio_transcript.delta" if audio_mode else "response.output_text.delta"
+            out.append({"type": kind, **_ids(resp, item), "delta": ev.text_delta})
+    elif not speaks:
+        out.append({"type": "response.listen", "reason": ev.listen_reason or "listening", "response_id": before.duplex.response_id})
+    return out + _processed(before, before.duplex.unit_seqs, "speak" if speaks else "listen", None if speaks else ev.listen_reason)
+
+
+def project_unit_failed(ev: UnitFailed, ctx: Ctx) -> list[dict[str, Any]]:
+    if not unit_verdict(ctx.before, ev).accepted:
+        return []
+    return _processed(ctx.before, ctx.before.duplex.unit_seqs, "failed", ev.code)
+
+
+def project_overlap_decided(ev: OverlapDecided, ctx: Ctx) -> list[dict[str, Any]]:
+    return [
+        {"type": "overlap.decision", "decision": ev.decision, "reason": ev.reason, "response_id": ev.response_id, "audio_start_ms": ev.audio_start_ms}
+    ]
+
+
+#: The full-duplex projections: event class → projection.
+PROJECTIONS: dict[type, Projection] = {
+    UnitOutput: project_unit_output,
+    UnitFailed: project_unit_failed,
+    OverlapDecided: project_overlap_decided,
+}

@@ -1,0 +1,222 @@
+"""The reference full-duplex engine: a deterministic listening agent on the CPU (docs/duplex.md,
+"The reference engine").
+
+It hears every unit of the session's input. While the user speaks it listens, and every
+:data:`PARTIAL_EVERY_MS` of new speech it decodes the utterance so far with pocketsphinx and
+reports the words beyond those already reported (user transcript deltas). It judges the end of
+the user's turn from the pauses and the words: :data:`END_SILENCE_MS` of silence after at least
+:data:`MIN_SPEECH_MS` of speech — twice as long when the last word heard leaves the sentence
+open (``and``, ``but``, ``um``, ...). Then it answers as the cascade echo agent does
+("You said: ..."), spoken by espeak-ng and streamed :data:`REPLY_CHUNK_MS` per unit (about twice
+real time at 200 ms units, as a GPU model streams), and ends its turn with the last chunk. Speech
+is told from silence by frame energy (10 ms frames above :data:`SPEECH_DBFS`).
+
+Everything it needs between units is in its state (JSON, carried by the log from unit to unit):
+the utterance's audio segments, what it reported, and while speaking the reply's text and the next
+chunk. The reply's audio is recomputed from the text (deterministic), so a worker that takes the
+session over after a crash continues with the same words and bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from duplex_es.audio import decode_to_pcm16, encode_from_pcm16
+from duplex_es.audio.pcm import bytes_per_sample
+from duplex_es.events import AudioSegment, Mark, SpeechInputs
+from duplex_es.worker.engine import EngineError, UnitContext, UnitOutputs
+from duplex_es.worker.speech.engine import reply_text
+from duplex_es.worker.speech.tts import ESPEAK_VOICES
+
+__all__ = ["FullDuplexEngine", "END_SILENCE_MS", "MIN_SPEECH_MS", "PARTIAL_EVERY_MS", "REPLY_CHUNK_MS", "SPEECH_DBFS", "OPEN_ENDINGS"]
+
+log = logging.getLogger(__name__)
+
+#: Silence after speech that ends the user's turn (ms of input audio).
+END_SILENCE_MS = 700
+
+#: The least speech that makes a turn (ms): shorter sounds are noise, a cough, a click.
+MIN_SPEECH_MS = 300
+
+#: New speech (ms) between two partial decodes of the utterance.
+PARTIAL_EVERY_MS = 1000
+
+#: Reply audio per unit (ms).
+REPLY_CHUNK_MS = 400
+
+#: A 10 ms frame is speech above this level (dBFS of its RMS); the fixture's background noise
+#: is about -48 dBFS, speech -30 to -15.
+SPEECH_DBFS = -38.0
+
+#: Last words that leave a sentence open: the pause that ends the turn is twice as long.
+OPEN_ENDINGS = frozenset({"and", "but", "or", "so", "because", "um", "uh", "the", "a", "to", "of", "with", "if", "then"})
+
+_FRAME_MS = 10
+_THRESHOLD = 32768 * 10 ** (SPEECH_DBFS / 20)
+
+
+def _voiced_frames(pcm: np.ndarray, rate: int) -> list[bool]:
+    """Speech or not for each 10 ms frame of ``pcm`` (a last partial frame counts too)."""
+    n = max(1, rate * _FRAME_MS // 1000)
+    out = []
+    for at in range(0, len(pcm), n):
+        frame = pcm[at : at + n].astype(np.float64)
+        out.append(math.sqrt(float(np.mean(frame * frame))) > _THRESHOLD if len(frame) else False)
+    return out
+
+
+class FullDuplexEngine:
+    """Listens to every unit and decides when to talk (tick kind ``duplex``).
+
+    Args:
+        recognizer: a :class:`~duplex_es.worker.speech.asr.Recognizer` to share with the other
+            speech engines of the worker (one decoder process); a new one if ``None``.
+        reply_chunk_ms: reply audio per unit, ms.
+    """
+
+    name = "duplex_es.full_duplex_echo/1"
+    kinds = ("duplex",)
+
+    def __init__(self, recognizer: object = None, reply_chunk_ms: int = REPLY_CHUNK_MS) -> None:
+        from duplex_es.worker.speech.asr import Recognizer
+        from duplex_es.worker.speech.tts import Synthesizer
+
+        self._asr = recognizer or Recognizer()
+        self._tts = Synthesizer()
+        self.reply_chunk_ms = reply_chunk_ms
+        self._replies: OrderedDict[tuple, tuple[str, bytes, tuple[tuple[int, int], ...], int]] = OrderedDict()
+
+    # -------------------------------------------------------------------------------- state
+
+    @staticmethod
+    def _fresh() -> dict[str, Any]:
+        return {"phase": "listening", "speech_ms": 0, "silence_ms": 0, "utterance": [], "heard": "", "partial_at_ms": 0}
+
+    def step(self, ctx: UnitContext) -> UnitOutputs:
+        """Hear one unit; listen, or speak the next chunk of the reply."""
+        tick = ctx.tick
+        inputs = tick.inputs
+        state = dict(tick.engine_state) if tick.engine_state else self._fresh()
+        if state["phase"] == "speaking" and tick.response_id is None:
+            state = self._fresh()  # the user barged in: the turn is gone, listen again
+        fmt = inputs.input_format
+        raw = ctx.read_audio(tick.audio) if tick.audio else b""
+        pcm = decode_to_pcm16(raw, fmt.type) if raw else np.zeros(0, dtype="<i2")
+        unit_ms = len(pcm) * 1000 // fmt.rate + tick.silence_ms  # a silence unit is quiet time
+        if state["phase"] == "speaking":
+            return self._speak(ctx, state)
+        frames = _voiced_frames(pcm, fmt.rate) if len(pcm) else []
+        voiced = sum(frames) * _FRAME_MS
+        segments = [[s.seq, s.offset, s.samples] for s in tick.audio]
+        if voiced:
+            trailing = 0
+            for v in reversed(frames):
+                if v:
+                    break
+                trailing += _FRAME_MS
+            state["utterance"] = state["utterance"] + segments
+            state["speech_ms"] += voiced
+            state["silence_ms"] = trailing
+        elif state["utterance"]:
+            state["utterance"] = state["utterance"] + segments
+            state["silence_ms"] += unit_ms
+        else:
+            return UnitOutputs(echo=ctx.identity, listen_reason="silence", engine_state=state)
+        delta = ""
+        if state["speech_ms"] - state["partial_at_ms"] >= PARTIAL_EVERY_MS:
+            delta = self._heard_more(ctx, state)
+            state["partial_at_ms"] = state["speech_ms"]
+        if state["speech_ms"] < MIN_SPEECH_MS:
+            if state["silence_ms"] >= END_SILENCE_MS:  # a click or a cough: forget it
+                return UnitOutputs(echo=ctx.identity, listen_reason="noise", engine_state=self._fresh())
+            return UnitOutputs(echo=ctx.identity, listen_reason="user_speaking", user_transcript_delta=delta, engine_state=state, continue_turn=True)
+        words = (state["heard"] + delta).split()
+        needed = END_SILENCE_MS * (2 if words and words[-1] in OPEN_ENDINGS else 1)
+        if state["silence_ms"] < needed:
+            reason = "user_speaking" if state["silence_ms"] < 200 else "waiting_for_end_of_turn"
+            # Ask for the quiet that follows even if the client stops sending (silence units).
+            return UnitOutputs(echo=ctx.identity, listen_reason=reason, user_transcript_delta=delta, engine_state=state, continue_turn=True)
+        # The user's turn ended: hear the whole utterance, then start the reply.
+        delta += self._heard_more(ctx, state, final=True)
+        state = {"phase": "speaking", "transcript": state["heard"], "k": 0}
+        out = self._speak(ctx, state)
+        return UnitOutputs(
+            echo=out.echo, audio=out.audio, text_delta=out.text_delta, marks=out.marks, end_of_turn=out.end_of_turn,
+            user_transcript_delta=delta, engine_state=out.engine_state,
+        )
+
+    def _heard_more(self, ctx: UnitContext, state: dict[str, Any], *, final: bool = False) -> str:
+        """Decode the utterance so far and report the words beyond those already reported. A
+        partial decode reports them only while the words reported so far still start the new
+        hypothesis (a decoder revises its guesses); the final decode reports the words past the
+        reported count either way — what was reported stays (deltas cannot be taken back)."""
+        fmt = ctx.tick.inputs.input_format
+        segments = tuple(AudioSegment(seq=a, offset=b, samples=c) for a, b, c in state["utterance"])
+        raw = ctx.read_audio(segments)
+        words = self._asr.transcribe(decode_to_pcm16(raw, fmt.type).tobytes(), fmt.rate).split() if raw else []  # type: ignore[attr-defined]
+        reported = state["heard"].split()
+        if not final and words[: len(reported)] != reported:
+            return ""
+        new = words[len(reported) :]
+        if not new:
+            return ""
+        state["heard"] = " ".join(reported + new)
+        return (" " if reported else "") + " ".join(new)
+
+    def _reply(self, transcript: str, inputs: SpeechInputs) -> tuple[str, bytes, tuple[tuple[int, int], ...], int]:
+        """The reply to ``transcript``: its text, audio in the output format, word marks
+        ``(char offset, ms)`` and length (ms) — computed once per worker, then cached."""
+        fmt = inputs.output_format
+        key = (transcript, inputs.voice, inputs.speed, fmt.type, fmt.rate, tuple(inputs.output_modalities))
+        hit = self._replies.get(key)
+        if hit is not None:
+            self._replies.move_to_end(key)
+            return hit
+        text = reply_text(transcript, "")
+        if "audio" not in inputs.output_modalities:
+            plan = (text, b"", (), 0)
+        else:
+            if inputs.voice not in ESPEAK_VOICES:
+                raise EngineError("unsupported_voice", f"the reference engine has no voice {inputs.voice!r}")
+            speech = self._tts.synthesize(text, fmt.rate, inputs.voice, inputs.speed)
+            audio = encode_from_pcm16(np.frombuffer(speech.pcm, dtype="<i2"), fmt.type)
+            plan = (text, audio, tuple((m.char_offset, m.audio_ms) for m in speech.marks), speech.duration_ms)
+        self._replies[key] = plan
+        while len(self._replies) > 64:
+            self._replies.popitem(last=False)
+        return plan
+
+    def _speak(self, ctx: UnitContext, state: dict[str, Any]) -> UnitOutputs:
+        """The next chunk of the reply (``state["k"]``); the last ends the turn."""
+        inputs = ctx.tick.inputs
+        text, audio, marks, duration = self._reply(state["transcript"], inputs)
+        k = state["k"]
+        if not audio:  # text only: the whole reply at once
+            return UnitOutputs(echo=ctx.identity, text_delta=text, end_of_turn=True, engine_state=self._fresh())
+        fmt = inputs.output_format
+        width = bytes_per_sample(fmt.type)
+        per_ms = fmt.rate // 1000
+        start, end = k * self.reply_chunk_ms, min((k + 1) * self.reply_chunk_ms, duration)
+        last = end >= duration
+        piece = audio[start * per_ms * width : (len(audio) if last else end * per_ms * width)]
+        c0 = _chars_at(marks, start, len(text))
+        c1 = len(text) if last else _chars_at(marks, end, len(text))
+        out_marks = tuple(Mark(text_chars=o, audio_ms=ms) for o, ms in marks if start <= ms < end)
+        if last:
+            out_marks += (Mark(text_chars=len(text), audio_ms=duration),)
+        next_state = self._fresh() if last else {**state, "k": k + 1}
+        return UnitOutputs(echo=ctx.identity, audio=piece, text_delta=text[c0:c1], marks=out_marks, end_of_turn=last, engine_state=next_state)
+
+
+def _chars_at(marks: tuple[tuple[int, int], ...], ms: int, length: int) -> int:
+    """Characters of the words that start before ``ms``."""
+    for offset, start in marks:
+        if start >= ms:
+            return offset
+    return length
+

@@ -1,0 +1,173 @@
+"""Full-duplex speech end to end (issue 14, "Done when"): real speech streamed in 20 ms chunks
+at real time into a ``duplex-es-duplex`` session, with no ``commit`` and no ``response.create``:
+the model (the reference full-duplex engine on a real worker) hears it continuously, streams
+the user's words as transcript deltas while the user speaks, decides by itself when to answer,
+and a second utterance during its reply is handled by the overlap policy, with the decision in
+the log. ``audit`` proves every append applied exactly once; ``replay`` shows each unit's
+decision."""
+
+from __future__ import annotations
+
+import base64
+import re
+import threading
+import time
+
+import pytest
+
+from duplex_es.audit import audit_session
+from duplex_es.events import AudioAppended, OverlapDecided, ResponseDone, UnitOutput
+from duplex_es.replay import replay
+from duplex_es.store import Database, EventLog
+
+from clients_support import FRAME_BYTES, silence, speech
+from servers import running
+from wsclient import WsClient
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("duplex")
+    url = f"sqlite:///{tmp / 'log.db'}"
+    with running(url, tmp, workers=1) as (port, _server, _workers):
+        yield port, url
+
+
+def stream(c: WsClient, pcm: bytes, stop: threading.Event | None = None) -> int:
+    """Send ``pcm`` as a microphone would: 20 ms appends at real time. Returns how many."""
+    start, n = time.monotonic(), 0
+    for at in range(0, len(pcm), FRAME_BYTES):
+        if stop is not None and stop.is_set():
+            break
+        c.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm[at : at + FRAME_BYTES].ljust(FRAME_BYTES, b"\0")).decode()})
+        n += 1
+        time.sleep(max(0.0, start + n * 0.020 - time.monotonic()))
+    return n
+
+
+def events_of(url: str, session_id: str) -> list:
+    log = EventLog(Database(url))
+    try:
+        return [r.event for r in log.read_session(session_id)]
+    finally:
+        log.db.dispose()
+
+
+def test_the_model_answers_by_itself_streams_the_users_words_and_barge_in_cancels_its_turn(stack):
+    port, url = stack
+    c = WsClient(port, model="duplex-es-duplex")
+    created = c.events[0]["session"]
+    assert created["duplex"]["mode"] == "full_duplex"
+    # 1. The question, then silence: nobody commits, nobody asks for a response.
+    stream(c, speech("weather_question_24k.wav") + silence(1.5))
+    c.recv("response.speak", 30)
+    done = c.recv("response.done", 30)["response"]
+    assert done["status"] == "completed"
+    seen = [e["type"] for e in c.events]
+    deltas = [i for i, e in enumerate(c.events) if e["type"] == "conversation.item.input_audio_transcription.delta"]
+    stopped = seen.index("input_audio_buffer.speech_stopped")
+    assert deltas and deltas[0] < stopped  # the words streamed while the user was still speaking
+    heard = "".join(c.events[i]["delta"] for i in deltas)
+    assert "weather" in heard
+    assert seen.index("response.created") < seen.index("response.speak") < seen.index("response.output_audio.delta")
+    transcript = next(e for e in c.events if e["type"] == "response.output_audio_transcript.done")["transcript"]
+    assert transcript.startswith("You said:") and "weather" in transcript
+    # 2. The user talks over the next reply: the overlap policy (barge_in, the default) cancels it.
+    stream(c, speech("correction_24k.wav") + silence(1.2))
+    c.recv("response.speak", 30)
+    stream(c, speech("correction_24k.wav")[: 24000 * 2])  # one second of speech over the reply
+    decision = c.recv("overlap.decision", 10)
+    assert decision["decision"] == "barge_in"
+    cancelled = c.recv("response.done", 10, **{"response.status": "cancelled"})["response"]
+    assert cancelled["status_details"]["reason"] == "turn_detected"
+    stream(c, silence(2.0))
+    session_id = c.session_id
+    c.close()
+
+    events = events_of(url, session_id)
+    appends = [e for e in events if isinstance(e, AudioAppended)]
+    assert [e for e in events if isinstance(e, OverlapDecided)][0].decision == "barge_in"
+    assert any(isinstance(e, ResponseDone) and e.status == "completed" for e in events)
+    # Every append the model heard was applied by exactly one committed unit, in order.
+    log = EventLog(Database(url))
+    try:
+        audit = audit_session(log, session_id)
+        rows = replay(log, session_id).timeline
+    finally:
+        log.db.dispose()
+    assert audit.ok, audit.violations
+    applied = [s for e in events if isinstance(e, UnitOutput) for s in e.applied_event_ids]
+    assert len(applied) == len(set(applied)) and applied == sorted(applied)
+    # ... and only appends still waiting when the session closed were not.
+    assert set(applied) <= {a for a in range(1, len(events) + 1)} and len(applied) > len(appends) // 2
+    decisions = [r.summary for r in rows if r.type == "duplex.unit.output"]
+    assert any("listen" in d for d in decisions) and any("speak" in d for d in decisions)
+
+
+def _one_turn(url: str, tmp, worker_envs: list[dict]) -> dict:
+    """The fixture question streamed at real time into a full-duplex session served by workers
+    with ``worker_envs``; what the model heard and said, from the log."""
+    from duplex_es_tools.processes import free_port, start_server, start_worker, wait_healthy
+    from duplex_es.store import upgrade
+
+    db = Database(url)
+    upgrade(db)
+    db.dispose()
+    port = free_port()
+    server = start_server(url, port, tmp / "serve.log", [])
+    workers = [start_worker(url, tmp / f"worker{i}.log", ["--claim-ttl-ms", "1000"], env) for i, env in enumerate(worker_envs)]
+    try:
+        wait_healthy(port, server)
+        c = WsClient(port, model="duplex-es-duplex")
+        stop = threading.Event()
+        mic = threading.Thread(target=stream, args=(c, speech("weather_question_24k.wav") + silence(12.0), stop))
+        mic.start()
+        done = c.recv("response.done", 40)["response"]
+        stop.set()
+        mic.join()
+        session_id = c.session_id
+        c.close()
+    finally:
+        for w in workers:
+            w.stop()
+        server.stop()
+    events = events_of(url, session_id)
+    outputs = [e for e in events if isinstance(e, UnitOutput)]
+    log = EventLog(Database(url))
+    try:
+        state = replay(log, session_id).state
+        audit = audit_session(log, session_id)
+    finally:
+        log.db.dispose()
+    user = next(state.items[i] for i in state.item_order if state.items[i].role == "user")
+    return {
+        "status": done["status"],
+        "heard": user.transcript,
+        "said": "".join(o.text_delta for o in outputs),
+        "audio": b"".join(base64.b64decode(o.audio) for o in outputs if o.audio),
+        "audit": audit.ok,
+        "first_speak": next(o.chunk_index for o in outputs if o.audio),
+    }
+
+
+def test_a_worker_killed_mid_utterance_is_taken_over_and_the_conversation_is_the_same(tmp_path):
+    """A worker SIGKILLed while the user speaks (its 8th unit, after the engine stepped and
+    before the commit): another worker takes the session over from the log and the model hears
+    and says exactly what it does in a run without the kill."""
+    (tmp_path / "calm").mkdir()
+    (tmp_path / "kill").mkdir()
+    calm = _one_turn(f"sqlite:///{tmp_path / 'calm' / 'log.db'}", tmp_path / "calm", [{}])
+    killed = _one_turn(
+        f"sqlite:///{tmp_path / 'kill' / 'log.db'}", tmp_path / "kill", [{"DUPLEX_ES_CRASH_AT": "after_step:8"}, {}]
+    )
+    # Worker 0 died holding a claim (its last line), on a unit before the model spoke.
+    last = (tmp_path / "kill" / "worker0.log").read_text().strip().splitlines()[-1]
+    assert "claimed duplex" in last, last
+    died_at = int(re.search(r"chunk (\d+)", last).group(1))
+    assert died_at < killed["first_speak"]
+    assert calm["status"] == killed["status"] == "completed" and calm["audit"] and killed["audit"]
+    assert "weather" in calm["heard"]
+    assert (killed["heard"], killed["said"]) == (calm["heard"], calm["said"])
+    assert killed["audio"] == calm["audio"]

@@ -1,0 +1,201 @@
+"""Full-duplex sessions in the pure domain and on the wire (docs/duplex.md): appends become
+units of input the model hears continuously, each append applied by exactly one committed unit;
+the model's listen / speak / end-of-turn answers open and end its turns; speech over its turn
+goes through the overlap policy; a cancelled unit gives its appends back."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from duplex_es.domain import AppendAudio, Code, OpenSession, SessionPatch, UpdateSession
+from duplex_es.domain.commands import VadIds
+from duplex_es.events import OverlapDecided, ResponseDone, UnitIssued, UnitOutput
+from duplex_es.protocol import project
+
+from harness import Harness, nid, pcm
+
+
+class Duplex(Harness):
+    wire: list
+
+    @classmethod
+    def start(cls, **patch) -> "Duplex":  # noqa: ANN003
+        h = cls()
+        h.wire = []
+        h.run(OpenSession(session_id="sess_fd", model="duplex-es-duplex", engine="duplex-es-duplex", full_duplex=True))
+        if patch:
+            h.run(UpdateSession(patch=SessionPatch(**patch)))
+        return h
+
+    def apply(self, events):  # noqa: ANN001, ANN201
+        for ev in events:
+            seq, before = self.state.seq + 1, self.state
+            super().apply([ev])
+            self.wire += project(before, seq, ev, self.state)
+        return events
+
+    def append(self, ms: int, value: int = 0) -> list:
+        raw = pcm(ms, value)
+        ids = VadIds(item_id=nid("item"), response_id=nid("resp"), response_item_id=nid("item"), request_id=nid("req"))
+        events = self.run(AppendAudio(audio=base64.b64encode(raw).decode(), nbytes=len(raw), vad_ids=ids))
+        self.pump()  # as the host does after every command: a unit may be due
+        return events
+
+    clock = 1_000_000  # the host's clock (Unix ms); tests move it
+
+    def pump(self) -> list:
+        from duplex_es.domain import Pump
+
+        return self.run(Pump(request_ids=tuple(nid("req") for _ in range(4)), now_ms=self.clock))
+
+    def unit(self) -> UnitIssued:
+        rid = self.state.duplex.unit
+        return next(ev for _, ev in reversed(self.log) if isinstance(ev, UnitIssued) and ev.request_id == rid)
+
+    def answer(self, **fields) -> list:  # noqa: ANN003
+        u = self.unit()
+        out = UnitOutput(session_id=self.state.session_id, request_id=u.request_id, epoch=u.epoch, chunk_index=u.chunk_index, applied_event_ids=u.applied_event_ids, **fields)
+        events = self.apply([out])
+        self.pump()
+        return events
+
+    def types(self) -> list[str]:
+        return [w["type"] for w in self.wire]
+
+
+def speech(ms: int) -> bytes:
+    return base64.b64encode(pcm(ms, 8000)).decode()
+
+
+def test_appends_become_units_of_one_chunk_period_each_applied_once_in_order():
+    h = Duplex.start()
+    assert h.state.config.turn_mode == "full_duplex"
+    h.append(100)
+    assert h.state.duplex.unit is None  # under one period (200 ms) waits
+    h.append(100)
+    first = h.unit()
+    assert first.applied_event_ids == tuple(s for s, e in h.log if e.TYPE == "input_audio_buffer.appended") and first.chunk_index == 0
+    h.append(100)
+    h.append(100)  # arrives while the unit is in flight: waits for the next
+    assert h.unit() is first
+    h.answer(listen_reason="silence", engine_state={"n": 1})
+    second = h.unit()
+    assert second.chunk_index == 1 and second.engine_state == {"n": 1}
+    assert set(first.applied_event_ids).isdisjoint(second.applied_event_ids)
+    processed = [w for w in h.wire if w["type"] == "input_audio_buffer.processed"]
+    assert [(p["input_index"], p["audio_end_ms"], p["decision"]) for p in processed] == [(0, 100, "listen"), (1, 200, "listen")]
+    assert h.state.buffer.empty  # nothing waits for a commit
+
+
+def test_speaking_opens_a_turn_with_the_heard_user_item_and_end_of_turn_ends_it():
+    h = Duplex.start()
+    h.append(200)
+    h.answer(listen_reason="user_speaking", user_transcript_delta="what is ")
+    h.append(200)
+    h.answer(listen_reason="waiting_for_end_of_turn", user_transcript_delta="the weather")
+    h.append(200)
+    mark = len(h.wire)
+    h.answer(audio=base64.b64encode(pcm(200)).decode(), text_delta="You said ")
+    types = h.types()[mark:]
+    assert types[:7] == [
+        "conversation.item.added", "conversation.item.done", "conversation.item.input_audio_transcription.completed",
+        "response.created", "response.speak", "response.output_item.added", "conversation.item.added",
+    ]
+    user = h.wire[mark]["item"]
+    assert user["role"] == "user" and h.wire[mark + 2]["transcript"] == "what is the weather"
+    resp_id = h.state.duplex.response_id
+    assert h.state.active_response_id == resp_id and h.state.responses[resp_id].by_units
+    h.append(200)
+    h.answer(audio=base64.b64encode(pcm(200)).decode(), text_delta="what is the weather.", end_of_turn=True)
+    done = [e for _, e in h.log if isinstance(e, ResponseDone)]
+    assert [(d.response_id, d.status) for d in done] == [(resp_id, "completed")]
+    assert h.state.duplex.response_id is None and h.state.active_response_id is None
+    # The conversation holds the user's words and the model's, in order.
+    assert [h.state.items[i].role for i in h.state.item_order] == ["user", "assistant"]
+    assert h.refold() == h.state
+
+
+@pytest.mark.parametrize("policy", ["barge_in", "listen"])
+def test_speech_over_the_models_turn_follows_the_overlap_policy(policy: str):
+    h = Duplex.start(overlap=policy)
+    h.append(200)
+    h.answer(audio=base64.b64encode(pcm(200)).decode(), text_delta="Hello ")
+    resp_id = h.state.duplex.response_id
+    h.append(200)  # a unit in flight while the user talks over the model
+    in_flight = h.unit()
+    raw = pcm(600, 8000)
+    h.run(AppendAudio(audio=base64.b64encode(raw).decode(), nbytes=len(raw), vad_ids=VadIds(item_id="item_o", response_id="resp_o", response_item_id="item_ro", request_id="req_o")))
+    h.pump()
+    decided = [e for _, e in h.log if isinstance(e, OverlapDecided)]
+    assert [(d.decision, d.response_id) for d in decided] == [(policy, resp_id)]
+    assert "overlap.decision" in h.types()
+    if policy == "barge_in":
+        done = [e for _, e in h.log if isinstance(e, ResponseDone)]
+        assert [(d.status, d.reason) for d in done] == [("cancelled", "turn_detected")]
+        # The unit in flight was cancelled; its appends and the speech reach the model next.
+        assert h.state.duplex.unit not in (None, in_flight.request_id)
+        assert h.unit().applied_event_ids[: len(in_flight.applied_event_ids)] == in_flight.applied_event_ids
+        late = UnitOutput(session_id="sess_fd", request_id=in_flight.request_id, epoch=in_flight.epoch, chunk_index=in_flight.chunk_index, applied_event_ids=in_flight.applied_event_ids, audio="AAAA")
+        mark = len(h.wire)
+        h.apply([late])
+        assert h.wire[mark:] == []  # the cancelled unit's answer is logged, never sent
+    else:
+        assert h.state.duplex.response_id == resp_id and h.state.duplex.unit == in_flight.request_id
+    assert h.refold() == h.state
+
+
+def test_full_duplex_settings_are_checked():
+    h = Duplex.start()
+    for patch, code, param in (
+        ({"chunk_period_ms": 5}, Code.INVALID_EVENT, "session.duplex.chunk_period_ms"),
+        ({"overlap": "shout"}, Code.INVALID_EVENT, "session.duplex.overlap"),
+        ({"turn_mode": "half"}, Code.INVALID_EVENT, "session.duplex.mode"),
+    ):
+        (refused,) = h.run(UpdateSession(patch=SessionPatch(**patch)))
+        assert (refused.code, refused.param) == (code, param)
+    h.append(100)
+    (busy,) = h.run(UpdateSession(patch=SessionPatch(turn_mode="turn_based")))
+    assert busy.code == Code.TURN_MODE_BUSY
+    turn_based = Harness.open()
+    (no,) = turn_based.run(UpdateSession(patch=SessionPatch(turn_mode="full_duplex")))
+    assert no.code == Code.FULL_DUPLEX_UNSUPPORTED
+
+
+def test_silence_units_keep_a_model_mid_turn_going_on_the_clock_and_are_bounded():
+    from duplex_es.domain import Pump
+    from duplex_es.domain.duplex import MAX_SILENCE_UNITS, next_unit_due_ms
+
+    h = Duplex.start()
+    h.append(200)
+    # A model that listens with nothing to wait for is not stepped without input.
+    h.answer(listen_reason="silence")
+    assert next_unit_due_ms(h.state) is None
+    h.clock += 5000
+    assert h.pump() == []
+    h.append(200)
+    h.answer(audio=base64.b64encode(pcm(100)).decode(), text_delta="Hi")  # its turn is open now
+    last = h.state.duplex.last_unit_ms
+    due = next_unit_due_ms(h.state)
+    assert due is not None and h.run(Pump(request_ids=(nid("req"),), now_ms=due - 1)) == []  # not yet
+    (silent,) = h.run(Pump(request_ids=(nid("req"),), now_ms=due))
+    assert isinstance(silent, UnitIssued) and silent.applied_event_ids == () and silent.silence_ms == 200
+    # Real input waiting (under a period) goes in the next unit instead of silence.
+    h.answer(audio=base64.b64encode(pcm(100)).decode(), text_delta=" there")
+    h.run(AppendAudio(audio=base64.b64encode(pcm(60)).decode(), nbytes=len(pcm(60))))
+    (flush,) = h.run(Pump(request_ids=(nid("req"),), now_ms=next_unit_due_ms(h.state)))
+    assert flush.applied_event_ids and flush.silence_ms == 0
+    for _ in range(MAX_SILENCE_UNITS + 1):
+        h.answer(audio=base64.b64encode(pcm(10)).decode(), text_delta=".")
+        due = next_unit_due_ms(h.state)
+        if due is None:
+            break
+        h.run(Pump(request_ids=(nid("req"),), now_ms=due))
+    assert h.state.duplex.silent_units == MAX_SILENCE_UNITS and next_unit_due_ms(h.state) is None
+    assert last < h.state.duplex.last_unit_ms
+    # An engine judging the end of the user's turn asks for the quiet that follows.
+    h2 = Duplex.start()
+    h2.append(200)
+    h2.answer(listen_reason="waiting_for_end_of_turn", continue_turn=True)
+    assert next_unit_due_ms(h2.state) == h2.clock + 200
