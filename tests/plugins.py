@@ -8,7 +8,7 @@ import attrs
 import json
 
 from duplex_es.events import FunctionCallChunk
-from duplex_es.worker.engine import EngineError, EngineOutput, TickContext
+from duplex_es.worker.engine import EngineError, EngineOutput, TickContext, UnitContext, UnitOutputs
 from duplex_es.worker.speech.engine import CascadeSpeechEngine
 from duplex_es.worker.world.engine import WorldContext, WorldEngine, WorldOutput
 
@@ -90,6 +90,34 @@ class BatchedSpeech:
             return EngineError("engine_failed", "the test model was told to fail")
         k = ctx.tick.chunk_index
         return EngineOutput(echo=ctx.identity, audio=b"\x00\x00" * 2400, text_delta=f"[batch of {size}] ", final=k == 1)
+
+
+class BatchedDuplexListener:
+    """A full-duplex model stepping every claimed unit of a batch at once (``step_batch``): it
+    always listens, and leaves in its engine state how many units it has heard in this session
+    and the size of the batch it heard the latest one in (``{"units": 2, "batch": 3}``).
+    ``batch_sizes`` records every batch stepped (in process)."""
+
+    name = "test.batched_duplex_listener/1"
+    kinds = ("duplex",)
+
+    def __init__(self) -> None:
+        self.batch_sizes: list[int] = []
+
+    def step(self, ctx: UnitContext) -> UnitOutputs:
+        return self.step_batch([ctx])[0]
+
+    def step_batch(self, ctxs: list[UnitContext]) -> list[UnitOutputs]:
+        self.batch_sizes.append(len(ctxs))
+        assert len({ctx.session_id for ctx in ctxs}) == len(ctxs), "a batch holds one unit per session"
+        return [
+            UnitOutputs(
+                echo=ctx.identity,
+                listen_reason="user_speaking",
+                engine_state={"units": (ctx.tick.engine_state or {}).get("units", 0) + 1, "batch": len(ctxs)},
+            )
+            for ctx in ctxs
+        ]
 
 
 class WrongKind:

@@ -6,6 +6,7 @@ workers"; I6)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import time
 from pathlib import Path
@@ -15,14 +16,14 @@ import pytest
 
 from duplex_es.api import Database, DuplexSessions, command_from_realtime, new_id
 from duplex_es.audit import audit_session
-from duplex_es.events import TickFailed, TickIssued, TickOutput
+from duplex_es.events import TickFailed, TickIssued, TickOutput, UnitIssued, UnitOutput
 from duplex_es.server.host import SessionHost
 from duplex_es.store import EventLog, TickQueue, upgrade
 from duplex_es.worker.engine import EngineError, EngineOutput, TickContext
 from duplex_es.worker.runner import Worker
 from duplex_es_tools.processes import start_worker
 
-from plugins import BatchedSpeech
+from plugins import BatchedDuplexListener, BatchedSpeech
 
 TESTS = str(Path(__file__).resolve().parents[1])  # where plugins.py is
 
@@ -77,6 +78,27 @@ class Clients:
         for host in self.hosts:
             await host.submit(command_from_realtime({"type": "session.close"}, new_id))
         await asyncio.wait_for(asyncio.gather(*self._listeners), 10)
+
+
+async def _open_duplex(clients: Clients) -> str:
+    """A full-duplex session (``duplex-es-duplex``) with a listener, nothing appended yet."""
+    host = await clients.sessions.open_session(model="duplex-es-duplex")
+    clients.hosts.append(host)
+    got = clients.wire.setdefault(host.session_id, [])
+
+    async def listen() -> None:
+        async for event in host.events():
+            got.append(event)
+
+    clients._listeners.append(asyncio.create_task(listen()))
+    return host.session_id
+
+
+async def _speak(clients: Clients, sid: str, ms: int) -> None:
+    """``ms`` of loud PCM16 at 24 kHz appended to session ``sid`` in one append."""
+    host = next(h for h in clients.hosts if h.session_id == sid)
+    audio = base64.b64encode(int(8000).to_bytes(2, "little", signed=True) * (24 * ms)).decode()
+    await host.submit(command_from_realtime({"type": "input_audio_buffer.append", "audio": audio}, new_id))
 
 
 def _text(wire: list[dict]) -> str:
@@ -291,3 +313,40 @@ def test_a_worker_killed_between_stepping_and_committing_a_batch_loses_nothing(t
         report = audit_session(log, sid)
         assert report.ok, report.violations
     db.dispose()
+
+
+@pytest.mark.invariant("I6")
+def test_full_duplex_units_of_three_sessions_are_stepped_as_one_batch_and_carry_their_state(log: EventLog):
+    """Three full-duplex sessions each hear a chunk period of input: their three units are
+    claimed together (B = 16), stepped in one ``step_batch`` of a duplex plugin and answered in
+    one transaction; each session's next unit carries the engine state its own answer left,
+    every append is acknowledged with ``input_audio_buffer.processed``, and the audit holds."""
+    engine = BatchedDuplexListener()
+    worker = Worker(log, [engine], batch_size=16)
+    queue = TickQueue(log)
+
+    async def scenario(sessions: DuplexSessions, clients: Clients) -> tuple[list[str], dict]:
+        sids = [await _open_duplex(clients) for _ in range(3)]
+        for sid in sids:
+            await _speak(clients, sid, 200)
+        assert queue.count("pending") == 3
+        assert await asyncio.to_thread(worker.run_once)
+        for sid in sids:
+            await _speak(clients, sid, 200)
+        await clients.until(lambda: queue.count("pending") == 3, "the three second units")
+        assert await asyncio.to_thread(worker.run_once)
+        processed = lambda: all(sum(e["type"] == "input_audio_buffer.processed" for e in clients.wire[s]) == 2 for s in sids)  # noqa: E731
+        await clients.until(processed, "both appends of every session acknowledged")
+        return sids, clients.wire
+
+    sids, wire = _run(scenario, log.db)
+    assert engine.batch_sizes == [3, 3] and dict(worker.stats.sizes) == {3: 2}
+    outputs = {sid: [r for r in log.read_session(sid) if isinstance(r.event, UnitOutput)] for sid in sids}
+    first = [outputs[sid][0] for sid in sids]
+    assert len({r.recorded_at_us for r in first}) == 1  # one commit
+    for sid in sids:
+        units = [r.event for r in log.read_session(sid) if isinstance(r.event, UnitIssued)]
+        assert [u.engine_state for u in units] == [None, {"units": 1, "batch": 3}]
+        assert [o.event.engine_state for o in outputs[sid]] == [{"units": 1, "batch": 3}, {"units": 2, "batch": 3}]
+        report = audit_session(log, sid)
+        assert report.ok, report.violations
