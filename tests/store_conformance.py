@@ -93,6 +93,22 @@ def _issue_ticks(log: EventLog, sid: str, n: int) -> list[str]:
     return ids
 
 
+def _issue_interleaved(log: EventLog, order: str) -> list[str]:
+    """Open a session per letter of ``order`` and issue one tick per letter, in that order
+    (``"aab"``: a's tick 0, a's tick 1, b's tick 0); returns the request ids (``req_a_0``, ...)."""
+    issued: dict[str, int] = {}
+    ids = []
+    for sid in order:
+        if sid not in issued:
+            log.append(sid, [opened(sid)], expected_seq=0)
+            issued[sid] = 0
+        rid = f"req_{sid}_{issued[sid]}"
+        log.append(sid, [TickIssued(request_id=rid, response_id="resp_1", epoch=0, chunk_index=issued[sid])], expected_seq=ANY_SEQ)
+        issued[sid] += 1
+        ids.append(rid)
+    return ids
+
+
 def _claim_until_none(queue: TickQueue, on_claim: Callable[[str, Claim], None], workers: int = 4) -> None:
     """``workers`` threads each claim until nothing is claimable, calling ``on_claim(worker, claim)``."""
 
@@ -649,6 +665,112 @@ class StoreConformance:
 
         _claim_until_none(queue, hold)
         assert doubles == [] and sorted(held) == sorted(ids)
+
+    # ------------------------------------------------------------- batched claims (I6)
+
+    def test_a_batch_claim_takes_the_oldest_tick_of_each_session_and_one_per_session(self, log: EventLog):
+        """One claim of up to 10 ticks over sessions a (3 ticks), b (1), c (2) takes a's, b's and
+        c's oldest, in log order; a session's next tick comes in a later batch, and a session
+        the worker names as already held is left out."""
+        _issue_interleaved(log, "abacca")
+        q = TickQueue(log)
+        first = q.claim_batch("w1", ttl_ms=60_000, max_ticks=10)
+        assert [c.request_id for c in first] == ["req_a_0", "req_b_0", "req_c_0"]
+        assert len({c.token for c in first}) == 1 and all(c.attempts == 1 for c in first)
+        assert [c.tick.chunk_index for c in first] == [0, 0, 0]
+        held_elsewhere = q.claim_batch("w1", ttl_ms=60_000, max_ticks=10, exclude_sessions=["a"])
+        assert [c.request_id for c in held_elsewhere] == ["req_c_1"]
+        assert [c.request_id for c in q.claim_batch("w1", ttl_ms=60_000, max_ticks=10)] == ["req_a_1"]
+        assert [c.request_id for c in q.claim_batch("w1", ttl_ms=60_000, max_ticks=10)] == ["req_a_2"]
+        assert q.claim_batch("w1", ttl_ms=60_000, max_ticks=10) == []
+        with pytest.raises(ValueError, match="max_ticks=0"):
+            q.claim_batch("w1", ttl_ms=60_000, max_ticks=0)
+
+    def test_a_session_with_a_backlog_cannot_fill_a_batch(self, log: EventLog):
+        """Fairness: twenty ticks of one busy session issued before one tick each of three quiet
+        sessions; a batch of four serves the busy session once and every quiet one."""
+        _issue_interleaved(log, "b" * 20 + "xyz")
+        q = TickQueue(log)
+        batch = q.claim_batch("w", ttl_ms=60_000, max_ticks=4)
+        assert [c.request_id for c in batch] == ["req_b_0", "req_x_0", "req_y_0", "req_z_0"]
+        assert q.count("claimed") == 4
+
+    @pytest.mark.invariant("I6")
+    def test_workers_claiming_batches_at_once_never_take_a_tick_twice(self, log: EventLog):
+        """Four workers start together and claim batches of up to 8 without committing, from 30
+        sessions of 3 ticks: every tick is held by exactly one worker, no batch holds two
+        ticks of a session, and every tick is claimed in the end."""
+        ids = _issue_interleaved(log, "".join(chr(0x100 + i) * 3 for i in range(30)))
+        q = TickQueue(log)
+        held: dict[str, str] = {}
+        doubles: list[str] = []
+        mixed: list[list[str]] = []
+        lock = threading.Lock()
+        start = threading.Barrier(4)
+
+        def work(name: str) -> None:
+            start.wait()
+            while batch := q.claim_batch(name, ttl_ms=60_000, max_ticks=8):
+                with lock:
+                    if len({c.session_id for c in batch}) != len(batch):
+                        mixed.append([c.request_id for c in batch])
+                    for c in batch:
+                        if c.request_id in held:
+                            doubles.append(c.request_id)
+                        held[c.request_id] = name
+
+        run_threads(work, [(f"w{i}",) for i in range(4)])
+        assert doubles == [] and mixed == []
+        assert sorted(held) == sorted(ids) and q.count("claimed") == len(ids)
+
+    @pytest.mark.invariant("I6")
+    def test_expired_claims_of_a_batch_are_taken_over_and_extended_ones_are_not(self, log: EventLog):
+        """A batch's claims are leases: the heartbeat extends two of three in one statement;
+        after the lease another worker takes only the third over (new token, attempt 2), and
+        the first worker can extend neither it nor anything it lost."""
+        _issue_interleaved(log, "abc")
+        q = TickQueue(log)
+        t0 = 3_000_000_000_000
+        a, b, c = q.claim_batch("w1", ttl_ms=1000, max_ticks=3, now_us=t0)
+        assert q.claim_batch("w2", ttl_ms=1000, max_ticks=3, now_us=t0 + 500_000) == []
+        a2, b2 = q.extend_batch([a, b], ttl_ms=1000, now_us=t0 + 900_000)
+        assert a2.claimed_until_us == b2.claimed_until_us == t0 + 1_900_000
+        [taken] = q.claim_batch("w2", ttl_ms=1000, max_ticks=3, now_us=t0 + 1_500_000)
+        assert taken.request_id == c.request_id and taken.token != c.token and taken.attempts == 2
+        assert q.status(c.request_id)["claimed_by"] == "w2"
+        a3, b3, lost = q.extend_batch([a2, b2, c], ttl_ms=1000, now_us=t0 + 1_600_000)
+        assert isinstance(lost, ClaimLost) and lost.request_id == c.request_id
+        assert a3.claimed_until_us == t0 + 2_600_000 and b3.claimed_until_us == t0 + 2_600_000
+
+    @pytest.mark.invariant("I6")
+    def test_a_batch_commit_skips_its_stale_claims_and_commits_the_rest_in_one_transaction(self, log: EventLog):
+        """A batch of four: one claim taken over by another worker, one expired (nobody took
+        it); the commit reports both lost and writes nothing for them, commits the other two in
+        one transaction (one commit time, adjacent positions), and a redelivery of the batch
+        is only acknowledged."""
+        _issue_interleaved(log, "abcd")
+        q = TickQueue(log)
+        t0 = 4_000_000_000_000
+        batch = q.claim_batch("w1", ttl_ms=1000, max_ticks=4, now_us=t0)
+        a, b, c, d = q.extend_batch(batch[:2], ttl_ms=5000, now_us=t0 + 900_000) + batch[2:]
+        [usurper] = q.claim_batch("w2", ttl_ms=60_000, max_ticks=1, kinds=("speech",), now_us=t0 + 1_500_000)
+        assert usurper.request_id == c.request_id
+        outputs = [(claim, [said(f"output of {claim.session_id}")]) for claim in (a, b, c, d)]
+        ra, rb, rc, rd = q.commit_batch(outputs, now_us=t0 + 2_000_000)
+        assert (ra.status, rb.status) == ("committed", "committed")
+        assert isinstance(rc, ClaimLost) and rc.reason == "re-claimed by another worker"
+        assert isinstance(rd, ClaimLost) and rd.reason == "claim expired"
+        assert ra.records[0].recorded_at_us == rb.records[0].recorded_at_us
+        assert rb.records[0].position == ra.records[0].position + 1
+        assert [q.status(x.request_id)["status"] for x in (a, b, c, d)] == ["done", "done", "claimed", "claimed"]
+        assert [log.head(s) for s in "abcd"] == [3, 3, 2, 2]
+        again = q.commit_batch(outputs, now_us=t0 + 2_100_000)
+        assert [getattr(x, "status", None) for x in again] == ["already_committed", "already_committed", None, None]
+        assert again[0].records == ra.records and again[1].records == rb.records
+        assert q.commit(usurper, [said("output of c")], now_us=t0 + 2_200_000).status == "committed"
+        assert [r.event.text for r in log.read_session("c") if isinstance(r.event, TextAppended)] == ["output of c"]
+        with pytest.raises(ValueError, match="more than once"):
+            q.commit_batch([outputs[0], outputs[0]])
 
     # ------------------------------------------------------------------------------ ownership
 

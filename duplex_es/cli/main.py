@@ -212,6 +212,16 @@ def _load_plugin(spec: str) -> object:
     return engine
 
 
+def _batch_size(text: str) -> int:
+    """An argparse type: a worker batch size, 1 to ``MAX_BATCH``."""
+    from duplex_es.store.ticks import MAX_BATCH
+
+    value = positive_int(text)
+    if value > MAX_BATCH:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_BATCH} ticks, got {text}")
+    return value
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from duplex_es.worker.runner import Worker
 
@@ -243,10 +253,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
         claim_ttl_ms=args.claim_ttl_ms,
         poll_ms=args.poll_ms,
         step_delay_ms=args.step_delay_ms,
+        batch_size=args.batch_size,
+        batch_wait_ms=args.batch_wait_ms,
     )
 
     def stop(signum: int, _frame: object) -> None:
-        logging.getLogger(__name__).info("signal %d: stopping after the current tick", signum)
+        logging.getLogger(__name__).info("signal %d: stopping after the current batch of ticks", signum)
         worker.stopping.set()
 
     signal.signal(signal.SIGTERM, stop)
@@ -519,6 +531,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--poll-ms", type=positive_int, default=10, help="idle polling interval (ms)")
     p.add_argument("--chunk-ms", type=positive_int, default=500, help="audio per tick (ms)")
     p.add_argument("--step-delay-ms", type=int, default=0, help="extra time per step, to stand in for a slower model (ms)")
+    p.add_argument(
+        "--batch-size", type=_batch_size, default=1, metavar="B",
+        help="claim up to B ready ticks across sessions (one per session) and step them as one batch "
+        "(an engine's step_batch, or tick by tick), committing all outputs in one transaction (default 1)",
+    )
+    p.add_argument(
+        "--batch-wait-ms", type=non_negative_int, default=0, metavar="W",
+        help="the longest wait for more ticks to fill a batch before stepping what was claimed (ms, default 0: never wait)",
+    )
     p.add_argument("--worker-id", default=None)
     p.set_defaults(func=cmd_worker)
 

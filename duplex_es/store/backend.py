@@ -18,7 +18,8 @@ backend runs them all.
   comes from one consistent snapshot.
 * **Fences hold to the commit.** Rows an append reads to check a fence or a claim stay as read
   until it commits (:attr:`Backend.share_lock`, :meth:`Backend.lock_rows`).
-* **A claim is taken once.** :meth:`Backend.claim_tick` hands a tick to one worker at a time.
+* **A claim is taken once.** :meth:`Backend.claim_ticks` hands a tick to one worker at a time,
+  and never two ticks of one session in one claim.
 * **Wake-ups are hints.** A :class:`Listener` may miss a notification; callers re-read after
   every wait, so a backend without notifications only polls.
 """
@@ -44,10 +45,10 @@ __all__ = [
     "Listener",
     "Transactions",
     "driver_connection",
-    "pick_tick_sql",
+    "pick_ticks",
 ]
 
-#: What :meth:`Backend.claim_tick` returns for the tick it claimed: ``(request_id, session_id,
+#: What :meth:`Backend.claim_ticks` returns for each tick it claimed: ``(request_id, session_id,
 #: seq, kind, attempts, type, version, data)`` — the ``ticks`` row after the claim and the
 #: stored ``tick.issued`` event it mirrors (``type``, ``version``, ``data`` as in ``events``).
 ClaimedRow = tuple[str, str, int, str, int, str, int, str]
@@ -69,14 +70,37 @@ def driver_connection(conn: Connection) -> Any:
     return conn.connection.dbapi_connection
 
 
-def pick_tick_sql(n_kinds: int) -> str:
-    """``SELECT request_id`` of the oldest tick (by position) that is pending or whose claim ran
-    out, among ``n_kinds`` kinds; ``?`` placeholders: the current time (µs), then the kinds.
-    Backends wrap it in their claim statement (:meth:`Backend.claim_tick`)."""
-    marks = ", ".join("?" * n_kinds)
-    return f"""SELECT request_id FROM ticks
-                   WHERE (status = 'pending' OR (status = 'claimed' AND claimed_until_us < ?)) AND kind IN ({marks})
-                   ORDER BY position LIMIT 1"""
+def _claimable(alias: str, marks: str) -> str:
+    return f"({alias}.status = 'pending' OR ({alias}.status = 'claimed' AND {alias}.claimed_until_us < ?)) AND {alias}.kind IN ({marks})"
+
+
+def pick_ticks(now_us: int, kinds: Sequence[str], limit: int, exclude_sessions: Sequence[str] = ()) -> tuple[str, tuple]:
+    """The ``SELECT request_id`` of the ticks one claim takes, with its parameters (``?``
+    placeholders). Backends wrap it in their claim statement (:meth:`Backend.claim_ticks`),
+    or state the same rule in a form their planner runs well.
+
+    The rule: a tick is claimable when it is pending or its claim ran out (before ``now_us``)
+    and it is of one of ``kinds``; only the oldest claimable tick of each session may be
+    picked, so a claim of many ticks takes at most one per session (one session's backlog
+    cannot fill a batch, and a session's ticks start in log order); sessions in
+    ``exclude_sessions`` (those a worker's batch already holds a tick of) are left out; of
+    what remains, the ``limit`` oldest by position. The picked rows' alias is ``t``.
+    """
+    marks = ", ".join("?" * len(kinds))
+    if limit == 1 and not exclude_sessions:
+        # The oldest claimable tick of all is its session's oldest: no grouping needed.
+        sql = f"SELECT t.request_id FROM ticks AS t WHERE {_claimable('t', marks)} ORDER BY t.position LIMIT 1"
+        return sql, (now_us, *kinds)
+    excluded = f" AND t.session_id NOT IN ({', '.join('?' * len(exclude_sessions))})" if exclude_sessions else ""
+    # Each session's oldest claimable tick, found by one grouped pass over the claimable rows
+    # (which the status index finds) rather than a lookup per candidate: a correlated
+    # ``NOT EXISTS`` made a claim quadratic in the ticks waiting.
+    sql = f"""SELECT t.request_id FROM ticks AS t
+                  WHERE {_claimable("t", marks)}{excluded}
+                    AND t.position IN (SELECT MIN(o.position) FROM ticks AS o
+                                       WHERE {_claimable("o", marks)} GROUP BY o.session_id)
+                  ORDER BY t.position LIMIT {int(limit)}"""
+    return sql, (now_us, *kinds, *exclude_sessions, now_us, *kinds)
 
 
 @attrs.frozen
@@ -105,7 +129,7 @@ class EngineOptions:
 
 
 class Transactions(Protocol):
-    """What :meth:`Backend.claim_tick` needs of the database (:class:`~duplex_es.store.Database`
+    """What :meth:`Backend.claim_ticks` needs of the database (:class:`~duplex_es.store.Database`
     provides it; named here so that backend modules do not import ``database``)."""
 
     engine: Engine
@@ -254,20 +278,33 @@ class Backend(abc.ABC):
         ``index_elements`` exists; the caller may add ``.returning(...)`` (no row: it existed)."""
 
     @abc.abstractmethod
-    def claim_tick(
-        self, db: Transactions, *, kinds: Sequence[str], now_us: int, token: str, worker_id: str, until_us: int
-    ) -> Optional[ClaimedRow]:
-        """Claim the tick :func:`pick_tick_sql` selects and return it, or ``None`` if none is
-        claimable.
+    def claim_ticks(
+        self,
+        db: Transactions,
+        *,
+        kinds: Sequence[str],
+        now_us: int,
+        token: str,
+        worker_id: str,
+        until_us: int,
+        limit: int,
+        exclude_sessions: Sequence[str] = (),
+    ) -> list[ClaimedRow]:
+        """Claim up to ``limit`` ticks, those :func:`pick_ticks` selects, in one statement,
+        and return them in position order (empty if none is claimable).
 
         The claim sets ``status = 'claimed'``, ``claim_token = token``, ``claimed_by =
-        worker_id``, ``claimed_until_us = until_us`` and adds one to ``attempts``, atomically:
-        two concurrent claims never take the same tick.
+        worker_id``, ``claimed_until_us = until_us`` and adds one to ``attempts`` on each,
+        atomically: two concurrent claims never take the same tick, and one claim takes at
+        most one tick per session. Concurrent claims need not wait for each other (a tick
+        another claim is taking may be skipped; the caller claims again later).
 
         Args:
             db: the database (for its transactions and engine).
             kinds: the tick kinds the worker can run (at least one).
             now_us: the current time (µs since the Unix epoch); claims older than it are expired.
+            limit: the most ticks to claim (at least 1).
+            exclude_sessions: sessions none of whose ticks may be claimed.
         """
 
     def open_listener(self, url: str, channel: str) -> Listener:

@@ -6,21 +6,21 @@
   (claims, ownership, snapshots) use row locks only.
 * An append share-locks the ``session_owners`` rows it checks (``FOR SHARE``), so a concurrent
   move of the session waits for it; a claim commit locks its ``ticks`` row (``FOR UPDATE``).
-* Workers claim with one autocommit ``UPDATE … FOR UPDATE SKIP LOCKED … RETURNING``: concurrent
-  workers never wait on, or take, each other's tick (docs/sources.md, "PostgreSQL: SKIP LOCKED").
+* Workers claim a batch of ticks with one autocommit ``UPDATE … FOR UPDATE SKIP LOCKED …
+  RETURNING``: concurrent workers never wait on, or take, each other's ticks (docs/sources.md, "PostgreSQL: SKIP LOCKED").
 * Wake-ups are ``LISTEN``/``NOTIFY``: statement-level triggers (migration 0003) notify at commit.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.engine import Engine
 
-from duplex_es.store.backend import Backend, ClaimedRow, EngineOptions, Transactions, driver_connection, pick_tick_sql
+from duplex_es.store.backend import Backend, ClaimedRow, EngineOptions, Transactions, driver_connection
 
 __all__ = ["APPEND_LOCK_KEY", "PostgresBackend", "PostgresListener"]
 
@@ -90,21 +90,52 @@ class PostgresBackend(Backend):
     def insert_or_nothing(self, table: sa.Table, index_elements: Sequence[str], **values: Any) -> Any:
         return pg_dialect.insert(table).values(**values).on_conflict_do_nothing(index_elements=list(index_elements))
 
-    def claim_tick(
-        self, db: Transactions, *, kinds: Sequence[str], now_us: int, token: str, worker_id: str, until_us: int
-    ) -> Optional[ClaimedRow]:
-        """One autocommit round trip picks, claims and reads the tick; the pick runs under
-        ``FOR UPDATE SKIP LOCKED``, so concurrent workers never wait on, or take, each other's."""
-        pick = self.sql(pick_tick_sql(len(kinds)))
-        sql = f"""UPDATE ticks SET status = 'claimed', claim_token = %s, claimed_by = %s, claimed_until_us = %s,
+    def claim_ticks(
+        self,
+        db: Transactions,
+        *,
+        kinds: Sequence[str],
+        now_us: int,
+        token: str,
+        worker_id: str,
+        until_us: int,
+        limit: int,
+        exclude_sessions: Sequence[str] = (),
+    ) -> list[ClaimedRow]:
+        """One autocommit round trip picks, claims and reads the ticks, by the rule of
+        :func:`~duplex_es.store.backend.pick_ticks`, in steps the planner cannot turn quadratic (with a fresh or
+        stale table it chose nested loops over the claimable rows, hundreds of ms for a
+        thousand waiting sessions): each session's oldest claimable tick (``DISTINCT ON``,
+        one sort of the rows the status index finds), the oldest ``limit`` of those, then
+        those rows locked by primary key with ``FOR UPDATE SKIP LOCKED``, so concurrent
+        workers never wait on, or take, each other's. A row another claim changed meanwhile is
+        re-checked before it is locked (PostgreSQL re-evaluates the conditions on its newest
+        version), so a tick just claimed elsewhere is not taken, and its session's next tick is
+        not either (it was not its session's first). ``MATERIALIZED`` runs each step once."""
+        marks = ", ".join(["%s"] * len(kinds))
+        claimable = "({a}.status = 'pending' OR ({a}.status = 'claimed' AND {a}.claimed_until_us < %s)) AND {a}.kind IN (" + marks + ")"
+        excluded = f" AND o.session_id NOT IN ({', '.join(['%s'] * len(exclude_sessions))})" if exclude_sessions else ""
+        sql = f"""WITH firsts AS MATERIALIZED (
+                      SELECT DISTINCT ON (o.session_id) o.request_id, o.position, o.session_id FROM ticks AS o
+                      WHERE {claimable.format(a="o")}
+                      ORDER BY o.session_id, o.position),
+                  chosen AS MATERIALIZED (
+                      SELECT request_id FROM firsts AS o WHERE TRUE{excluded} ORDER BY position LIMIT %s),
+                  picked AS MATERIALIZED (
+                      SELECT t.request_id FROM ticks AS t
+                      WHERE t.request_id = ANY(ARRAY(SELECT request_id FROM chosen)) AND {claimable.format(a="t")}
+                      FOR UPDATE OF t SKIP LOCKED)
+                  UPDATE ticks SET status = 'claimed', claim_token = %s, claimed_by = %s, claimed_until_us = %s,
                       attempts = ticks.attempts + 1
                   FROM events
-                  WHERE ticks.request_id = ({pick} FOR UPDATE SKIP LOCKED)
+                  WHERE ticks.request_id = ANY(ARRAY(SELECT request_id FROM picked))
                     AND events.session_id = ticks.session_id AND events.seq = ticks.seq
-                  RETURNING ticks.request_id, ticks.session_id, ticks.seq, ticks.kind, ticks.attempts,
+                  RETURNING ticks.position, ticks.request_id, ticks.session_id, ticks.seq, ticks.kind, ticks.attempts,
                             events.type, events.version, events.data"""
+        params = (now_us, *kinds, *exclude_sessions, limit, now_us, *kinds, token, worker_id, until_us)
         with db.engine.connect() as conn:
-            return driver_connection(conn).execute(sql, (token, worker_id, until_us, now_us, *kinds)).fetchone()
+            rows = driver_connection(conn).execute(sql, params).fetchall()
+        return [tuple(r[1:]) for r in sorted(rows)]  # type: ignore[misc]
 
     def open_listener(self, url: str, channel: str) -> "PostgresListener":
         return PostgresListener(url, channel)

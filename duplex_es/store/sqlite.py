@@ -16,7 +16,7 @@ import contextlib
 import sqlite3
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sqlite_dialect
@@ -30,7 +30,7 @@ from duplex_es.store.backend import (
     Transactions,
     WriteLockBusy,
     driver_connection,
-    pick_tick_sql,
+    pick_ticks,
 )
 
 if TYPE_CHECKING:
@@ -155,28 +155,39 @@ class SqliteBackend(Backend):
     def insert_or_nothing(self, table: sa.Table, index_elements: Sequence[str], **values: Any) -> Any:
         return sqlite_dialect.insert(table).values(**values).on_conflict_do_nothing(index_elements=list(index_elements))
 
-    def claim_tick(
-        self, db: Transactions, *, kinds: Sequence[str], now_us: int, token: str, worker_id: str, until_us: int
-    ) -> Optional[ClaimedRow]:
-        """``BEGIN IMMEDIATE`` + ``UPDATE … RETURNING``, after a look in a read transaction: an
-        idle worker polls often and must not take the write lock to find nothing. SQLite's
-        ``RETURNING`` cannot name another table, so the tick's event is a second statement."""
-        pick = pick_tick_sql(len(kinds))
+    def claim_ticks(
+        self,
+        db: Transactions,
+        *,
+        kinds: Sequence[str],
+        now_us: int,
+        token: str,
+        worker_id: str,
+        until_us: int,
+        limit: int,
+        exclude_sessions: Sequence[str] = (),
+    ) -> list[ClaimedRow]:
+        """``BEGIN IMMEDIATE`` + one ``UPDATE … WHERE request_id IN (pick) RETURNING``, after a
+        look in a read transaction: an idle worker polls often and must not take the write lock
+        to find nothing. The write lock makes the pick and the update one step, so two
+        processes never take the same tick. SQLite's ``RETURNING`` cannot name another table
+        and returns rows in no set order, so the ticks' events are read by a second statement
+        and the rows sorted by position here."""
+        pick, params = pick_ticks(now_us, kinds, limit, exclude_sessions)
         with db.read() as conn:
-            if driver_connection(conn).execute(pick, (now_us, *kinds)).fetchone() is None:
-                return None
+            if driver_connection(conn).execute(pick, params).fetchone() is None:
+                return []
         with db.write() as conn:
             raw = driver_connection(conn)
             claimed = raw.execute(
                 f"""UPDATE ticks SET status = 'claimed', claim_token = ?, claimed_by = ?, claimed_until_us = ?,
                         attempts = attempts + 1
-                    WHERE request_id = ({pick})
-                    RETURNING request_id, session_id, seq, kind, attempts""",
-                (token, worker_id, until_us, now_us, *kinds),
-            ).fetchone()
-            if claimed is None:  # another process took it between the look and the lock
-                return None
-            ev = raw.execute(
-                "SELECT type, version, data FROM events WHERE session_id = ? AND seq = ?", (claimed[1], claimed[2])
-            ).fetchone()
-            return (*claimed, *ev)
+                    WHERE request_id IN ({pick})
+                    RETURNING position, request_id, session_id, seq, kind, attempts""",
+                (token, worker_id, until_us, *params),
+            ).fetchall()
+            out: list[ClaimedRow] = []
+            for _, request_id, session_id, seq, kind, attempts in sorted(claimed):
+                ev = raw.execute("SELECT type, version, data FROM events WHERE session_id = ? AND seq = ?", (session_id, seq)).fetchone()
+                out.append((request_id, session_id, seq, kind, attempts, *ev))
+            return out

@@ -1,4 +1,5 @@
-"""The engine protocol: one tick snapshot in, one output out.
+"""The engine protocol: one tick snapshot in, one output out — or, for a batched engine, one
+batch of tick snapshots (of many sessions) in, one output or error per tick out.
 
 Engines run on the worker side and never see the database. A GPU model plugs in here like the
 CPU reference engines: the worker's claims, fencing and commits do not change (docs/architecture.md).
@@ -6,7 +7,7 @@ CPU reference engines: the worker's claims, fencing and commits do not change (d
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Protocol, runtime_checkable
+from typing import Any, Callable, Optional, Protocol, Sequence, runtime_checkable
 
 import attrs
 
@@ -31,6 +32,7 @@ __all__ = [
     "EngineOutput",
     "EngineError",
     "Engine",
+    "BatchEngine",
     "TranscriptionContext",
     "TranscriptionOutput",
     "TickContract",
@@ -175,6 +177,18 @@ class Engine(Protocol):
     (:class:`TickContext`, ``WorldContext``, :class:`TranscriptionContext`,
     :class:`UnitContext`). ``step`` must be deterministic in the
     tick for replay to reproduce outputs.
+
+    **Batches (optional).** An engine may also define ``step_batch(ctxs) -> list``: the
+    worker (``duplex-es worker --batch-size B``) then hands it every claimed tick of one kind
+    at once — up to B contexts, at most one per session, oldest tick first — and it returns
+    one entry per context, in the same order: the output :meth:`step` would have returned,
+    or an :class:`EngineError` instance for a tick that failed (that tick's response fails;
+    the others go on). A GPU plugin runs the batch as one forward pass; each output must
+    still echo its own context's identity, and be the same as that tick stepped alone
+    (determinism). Raising from ``step_batch``, or returning a list of the wrong length,
+    fails every tick of the batch. An engine with ``step`` alone is run tick by tick; the
+    claims, heartbeat, fencing and the one-transaction commit are the same either way
+    (:class:`BatchEngine`, docs/architecture.md, "Ticks and workers").
     """
 
     name: str
@@ -182,6 +196,23 @@ class Engine(Protocol):
 
     def step(self, ctx: TickContext) -> EngineOutput:
         """Run one tick. Raises :class:`EngineError` for a failure the session should see."""
+        ...
+
+
+@runtime_checkable
+class BatchEngine(Engine, Protocol):
+    """An :class:`Engine` that steps many sessions' ticks at once (see :class:`Engine`)."""
+
+    def step_batch(self, ctxs: Sequence[Any]) -> Sequence[Any]:
+        """Run the ticks of ``ctxs`` (one kind, distinct sessions) as one batch.
+
+        Returns:
+            ``len(ctxs)`` entries in the order of ``ctxs``: each the tick's output (as
+            :meth:`Engine.step` returns it) or an :class:`EngineError` for that tick alone.
+
+        Raises:
+            Exception: the whole batch failed; every tick of it fails with ``engine_failed``.
+        """
         ...
 
 
