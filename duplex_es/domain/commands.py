@@ -142,7 +142,8 @@ class SessionPatch:
     temperature: object = UNSET  # float
     turn_mode: object = UNSET  # "turn_based" | "full_duplex"
     chunk_period_ms: object = UNSET  # int
-    overlap: object = UNSET  # "barge_in" | "listen"
+    overlap: object = UNSET  # "barge_in" | "listen" | "drop"
+    barge_in_ms: object = UNSET  # int
 
 
 @attrs.frozen(kw_only=True)

@@ -44,7 +44,10 @@ __all__ = [
     "unit_due",
     "next_unit_due_ms",
     "wants_silence",
-    "overlap_events",
+    "overlap_on_start",
+    "overlap_ongoing",
+    "overlap_on_stop",
+    "end_drop",
     "unit_verdict",
     "requeue",
     "evolve_unit_issued",
@@ -58,7 +61,11 @@ __all__ = [
 TURN_MODES = ("turn_based", "full_duplex")
 
 #: ``duplex.overlap`` values: what user speech over the model's turn does.
-OVERLAP_POLICIES = ("barge_in", "listen")
+OVERLAP_POLICIES = ("barge_in", "listen", "drop")
+
+#: Allowed ``duplex.barge_in_ms`` (ms of speech over the model's turn before it barges in; 0:
+#: at once).
+BARGE_IN_RANGE_MS = (0, 10_000)
 
 #: Allowed ``duplex.chunk_period_ms`` (ms of input audio per unit). vLLM-Omni's default is
 #: 1000 ms; ours is 200 ms, which a CPU engine steps well within real time.
@@ -137,7 +144,7 @@ def unit_due(state: SessionState, request_id: Optional[str], *, epoch: Optional[
             epoch=state.epoch if epoch is None else epoch,
             chunk_index=d.next_unit,
             applied_event_ids=d.pending[:take],
-            audio=d.segments[:take],
+            audio=tuple(seg for seg in d.segments[:take] if seg.seq not in d.muted),
             start_sample=d.pending_start if d.pending else state.input_clock,
             response_id=d.response_id,
             engine_state=d.engine_state,
@@ -157,23 +164,67 @@ def next_unit_due_ms(state: SessionState) -> Optional[int]:
     return d.last_unit_ms + state.config.chunk_period_ms * (2 if d.pending else 1)  # type: ignore[union-attr]
 
 
-def overlap_events(state: SessionState, audio_start_ms: int, cancel: Callable[[SessionState, Response], list[Event]]) -> list[Event]:
-    """The overlap policy on user speech that began at ``audio_start_ms`` while the model holds
-    its turn (``[]`` when it does not): the decision, and for ``barge_in`` the events that
-    cancel the turn (``cancel(state, response)``: the epoch change and its ``response.done``)."""
+#: ``cancel(state, response) -> events``: how a barge-in cancels the model's turn.
+CancelTurn = Callable[[SessionState, Response], list[Event]]
+
+
+def _open_turn_of(state: SessionState) -> Optional[Response]:
     d = state.duplex
     resp = state.responses.get(d.response_id) if d.response_id else None
-    if resp is None or not resp.active or state.config is None:
+    return resp if resp is not None and resp.active else None
+
+
+def overlap_on_start(state: SessionState, item_id: str, at_ms: int, cancel: CancelTurn) -> list[Event]:
+    """The overlap policy when user speech ``item_id`` begins at ``at_ms`` while the model holds
+    its turn (``[]`` when it does not, or when the decision waits): ``listen`` and ``drop`` are
+    decided at once; ``barge_in`` too when ``barge_in_ms`` is 0 (with the events of ``cancel``:
+    the epoch change and the turn's ``response.done``), else once the speech lasts that long
+    (:func:`overlap_ongoing`) or ends shorter (:func:`overlap_on_stop`)."""
+    resp = _open_turn_of(state)
+    cfg = state.config
+    if resp is None or cfg is None:
         return []
-    policy = state.config.overlap
-    reason = "user_speech_over_the_model" if policy == "barge_in" else "policy_listen"
-    decided = OverlapDecided(decision=policy, reason=reason, response_id=resp.id, audio_start_ms=audio_start_ms)
-    return [decided, *cancel(state, resp)] if policy == "barge_in" else [decided]
+    policy = cfg.overlap
+    if policy != "barge_in":
+        return [OverlapDecided(decision=policy, reason=f"policy_{policy}", response_id=resp.id, audio_start_ms=at_ms, item_id=item_id)]
+    if cfg.barge_in_ms > 0:
+        return []
+    decided = OverlapDecided(decision="barge_in", reason="user_speech_over_the_model", response_id=resp.id, audio_start_ms=at_ms, item_id=item_id)
+    return [decided, *cancel(state, resp)]
+
+
+def overlap_ongoing(state: SessionState, cancel: CancelTurn) -> list[Event]:
+    """``barge_in`` with ``barge_in_ms``: speech over the model's turn, not decided yet, that
+    has now lasted ``barge_in_ms`` (server VAD's speech start to the input clock) barges in."""
+    resp, cfg, vad = _open_turn_of(state), state.config, state.vad
+    if resp is None or cfg is None or cfg.overlap != "barge_in" or cfg.barge_in_ms <= 0 or not vad.speaking:
+        return []
+    if vad.item_id is None or vad.item_id == state.duplex.overlap_item:
+        return []
+    rate = cfg.input_format.rate
+    # What has been said so far: from the speech's start to now, less the quiet since its last
+    # voiced frame (server VAD's speech lasts until its silence duration has passed).
+    if (state.input_clock - vad.start_sample - vad.silence_run) * 1000 < cfg.barge_in_ms * rate:
+        return []
+    start_ms = vad.start_sample * 1000 // rate
+    decided = OverlapDecided(decision="barge_in", reason="long_overlap_speech", response_id=resp.id, audio_start_ms=start_ms, item_id=vad.item_id)
+    return [decided, *cancel(state, resp)]
+
+
+def overlap_on_stop(state: SessionState, item_id: str, start_ms: int) -> list[Event]:
+    """``barge_in`` with ``barge_in_ms``: speech over the model's turn that ended before it
+    lasted ``barge_in_ms`` was an acknowledgement ("mm-hm"): the model talks on."""
+    resp, cfg = _open_turn_of(state), state.config
+    if resp is None or cfg is None or cfg.overlap != "barge_in" or cfg.barge_in_ms <= 0 or item_id == state.duplex.overlap_item:
+        return []
+    return [OverlapDecided(decision="listen", reason="short_acknowledgement", response_id=resp.id, audio_start_ms=start_ms, item_id=item_id)]
 
 
 def add_pending(state: SessionState, seq: int, samples: int, start_sample: int) -> SessionState:
     """A logged append waits for the next unit."""
     d = state.duplex
+    if d.drop_item is not None:  # the overlap policy dropped this speech: applied, not heard
+        d = replace(d, muted=d.muted + (seq,))
     d = replace(
         d,
         pending=d.pending + (seq,),
@@ -225,17 +276,18 @@ def evolve_unit_issued(ev: UnitIssued, state: SessionState, seq: int) -> Session
     d = state.duplex
     taken = set(ev.applied_event_ids)
     rest = tuple(s for s in d.segments if s.seq not in taken)
+    taken_segments = tuple(s for s in d.segments if s.seq in taken)
     d = replace(
         d,
         unit=ev.request_id,
         unit_epoch=ev.epoch,
         unit_seqs=ev.applied_event_ids,
-        unit_segments=ev.audio,
+        unit_segments=taken_segments,  # muted ones included: a cancelled unit gives all back
         unit_start=ev.start_sample,
         pending=tuple(s for s in d.pending if s not in taken),
         segments=rest,
         samples=sum(s.samples for s in rest),
-        pending_start=ev.start_sample + sum(s.samples for s in ev.audio),
+        pending_start=ev.start_sample + sum(s.samples for s in taken_segments),
         next_unit=ev.chunk_index + 1,
         turn_item_id=d.turn_item_id or "item_" + _suffix(ev.request_id),
         last_unit_ms=ev.issued_at_ms if ev.issued_at_ms is not None else d.last_unit_ms,
@@ -259,6 +311,7 @@ def evolve_unit_output(ev: UnitOutput, state: SessionState, seq: int) -> Session
         engine_state=ev.engine_state,
         continue_turn=ev.continue_turn,
         processed=d.processed + len(d.unit_seqs),
+        muted=tuple(s for s in d.muted if s not in d.unit_seqs) if d.muted else (),
         turn_audio=d.turn_audio + d.unit_segments if d.response_id is None else d.turn_audio,
         turn_transcript=d.turn_transcript + ev.user_transcript_delta,
     )
@@ -295,7 +348,15 @@ def _fail(state: SessionState, code: str, message: str) -> SessionState:
 
 
 def evolve_overlap_decided(ev: OverlapDecided, state: SessionState, seq: int) -> SessionState:
-    return state  # the decision is its consequences (the cancel that follows it), logged for replay
+    # A barge-in is its consequences (the cancel logged after it); a drop mutes the speech.
+    d = replace(state.duplex, overlap_item=ev.item_id, drop_item=ev.item_id if ev.decision == "drop" else state.duplex.drop_item)
+    return replace(state, duplex=d)
+
+
+def end_drop(state: SessionState, item_id: str) -> SessionState:
+    """Speech ``item_id`` stopped: if it was being dropped, later appends are heard again."""
+    d = state.duplex
+    return replace(state, duplex=replace(d, drop_item=None)) if d.drop_item is not None and d.drop_item == item_id else state
 
 
 def _open_turn(state: SessionState, request_id: str) -> SessionState:

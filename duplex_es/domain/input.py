@@ -20,13 +20,13 @@ from typing import Optional
 from duplex_es.audio import decode_to_pcm16
 from duplex_es.domain.audio import ms_of, samples_of
 from duplex_es.domain.commands import AppendAudio, AppendText, CancelInput, ClearInput, Commit, CreateResponse, VadIds
-from duplex_es.domain.duplex import add_pending, overlap_events
+from duplex_es.domain.duplex import add_pending, end_drop, overlap_on_start, overlap_on_stop, overlap_ongoing
 from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_BUFFER_MS, MAX_INPUT_TEXT_CHARS, MIN_COMMIT_MS
 from duplex_es.domain.replace import replace
 from duplex_es.domain.responses import cancel_events, retire_frozen, start_response
 from duplex_es.domain.rules import Fold, put_item, reject
-from duplex_es.domain.state import InputBuffer, Item, SessionState
+from duplex_es.domain.state import InputBuffer, Item, Response, SessionState
 from duplex_es.domain.transcription import transcription_request
 from duplex_es.domain.vad import FRAME_MS, DetectorUnavailable, detect
 from duplex_es.events import (
@@ -219,22 +219,33 @@ def _duplex_append(cmd: AppendAudio, state: SessionState, fold: Fold, appended: 
         frame = max(1, fmt.rate * FRAME_MS // 1000)
         if before.frame_fill != state.input_clock % frame:
             before = replace(before, frame_fill=state.input_clock % frame, frame_energy=0.0)
-        vad, transitions = detect(before, pcm, state.input_clock, fmt.rate, td, state.input_clock)
+        try:
+            vad, transitions = detect(before, pcm, state.input_clock, fmt.rate, td, state.input_clock)
+        except DetectorUnavailable as e:  # only a session moved to a server without the model
+            return reject(cmd, Code.SERVER_VAD_UNAVAILABLE, f"the {td.detector} detector cannot run on this server: {e}", "session.audio.input.turn_detection.detector")
         fresh = iter([ids.item_id] + [f"{ids.item_id}_{n}" for n in range(1, len(transitions) + 2)])
-        current = state.vad.item_id
+        current, started_ms = state.vad.item_id, ms_of(state.vad.start_sample, fmt.rate)
+        events[0] = replace(appended, vad=vad)
         trial = fold(state, events)
+
+        def cancel(st: SessionState, resp: Response) -> list[Event]:
+            return cancel_events(st, [resp], cause="barge_in", reason="turn_detected")
+
         for t in transitions:
             at = ms_of(t.sample, fmt.rate)
             if t.kind == "started":
-                current = next(fresh)
+                current, started_ms = next(fresh), at
                 batch: list[Event] = [SpeechStarted(audio_start_ms=at, item_id=current)]
-                batch += overlap_events(trial, at, lambda st, resp: cancel_events(st, [resp], cause="barge_in", reason="turn_detected"))
+                batch += overlap_on_start(trial, current, at, cancel)
             else:
-                batch = [SpeechStopped(audio_end_ms=at, item_id=current or next(fresh))]
+                stopped = current or next(fresh)
+                batch = [SpeechStopped(audio_end_ms=at, item_id=stopped), *overlap_on_stop(trial, stopped, started_ms)]
                 current = None
             trial = fold(trial, batch)
             events += batch
         events[0] = replace(appended, vad=replace(vad, item_id=current if vad.speaking else None))
+        # Speech still going on over the model's turn may have lasted long enough to barge in.
+        events += overlap_ongoing(fold(state, events), cancel)
     return events  # the host's pump issues the unit once one is due (domain/duplex.unit_due)
 
 
@@ -358,6 +369,7 @@ def evolve_speech_stopped(ev: SpeechStopped, state: SessionState, seq: int) -> S
     # Ends the speech in progress if it is this one: a commit, clear or cancel cutting it short
     # (server VAD's own stops are already in the state logged with the append, which may name
     # a next utterance that started in the same append: that one goes on).
+    state = end_drop(state, ev.item_id)
     if state.vad.item_id is not None and state.vad.item_id != ev.item_id:
         return state
     return replace(state, vad=replace(state.vad, speaking=False, voiced_run=0, silence_run=0, item_id=None))

@@ -15,7 +15,7 @@ import attrs
 from duplex_es.audio import is_supported
 from duplex_es.domain.commands import UNSET, CloseSession, OpenSession, Detach, Expire, Heartbeat, Resume, TurnSignal, UpdateSession, SessionPatch
 from duplex_es.domain.content import tool_choice_problem
-from duplex_es.domain.duplex import CHUNK_PERIOD_RANGE_MS, OVERLAP_POLICIES, TURN_MODES
+from duplex_es.domain.duplex import BARGE_IN_RANGE_MS, CHUNK_PERIOD_RANGE_MS, OVERLAP_POLICIES, TURN_MODES
 from duplex_es.domain.errors import Code
 from duplex_es.domain.input import end_speech
 from duplex_es.domain.lease import grace_still_running_out, resume_events, with_token
@@ -269,6 +269,9 @@ def _duplex_problem(p: SessionPatch, state: SessionState) -> Optional[tuple[str,
         return Code.INVALID_EVENT, f"duplex.chunk_period_ms must be an integer in {low}..{high}; got {shown(p.chunk_period_ms)}", "session.duplex.chunk_period_ms"
     if p.overlap is not UNSET and p.overlap not in OVERLAP_POLICIES:
         return Code.INVALID_EVENT, f"duplex.overlap must be one of {', '.join(OVERLAP_POLICIES)}; got {shown(p.overlap)}", "session.duplex.overlap"
+    low, high = BARGE_IN_RANGE_MS
+    if p.barge_in_ms is not UNSET and not (isinstance(p.barge_in_ms, int) and not isinstance(p.barge_in_ms, bool) and low <= p.barge_in_ms <= high):
+        return Code.INVALID_EVENT, f"duplex.barge_in_ms must be an integer in {low}..{high}; got {shown(p.barge_in_ms)}", "session.duplex.barge_in_ms"
     return None
 
 

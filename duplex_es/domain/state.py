@@ -312,6 +312,8 @@ class DuplexState:
     by ``input_audio_buffer.processed`` so far. ``last_unit_ms`` is when the last unit was
     issued (host clock, Unix ms), ``silent_units`` the silence units since the last real input,
     ``continue_turn`` whether the engine's last answer asked to be stepped on without input.
+    ``overlap_item`` is the last speech (server VAD's item id) the overlap policy decided on;
+    while ``drop_item`` speaks, appends are ``muted``: applied by their units, not heard.
     """
 
     pending: tuple[int, ...] = ()
@@ -333,6 +335,9 @@ class DuplexState:
     last_unit_ms: Optional[int] = None
     silent_units: int = 0
     continue_turn: bool = False
+    overlap_item: Optional[str] = None
+    drop_item: Optional[str] = None
+    muted: tuple[int, ...] = ()
 
 
 @attrs.frozen(kw_only=True)

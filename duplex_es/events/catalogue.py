@@ -150,8 +150,9 @@ class SessionConfig:
     ``input_audio_buffer.append`` answer with an ``input_audio_buffer.appended`` server event.
     ``turn_mode`` is ``turn_based`` (a response per turn, as in OpenAI) or ``full_duplex`` (the
     model hears the input continuously in units of ``chunk_period_ms`` ms of input audio and
-    decides when to talk; user speech over its turn follows ``overlap``: ``barge_in`` or
-    ``listen``) — docs/duplex.md. ``turn_modes`` are the modes the session's engine offers.
+    decides when to talk; user speech over its turn follows ``overlap``: ``barge_in`` (after
+    ``barge_in_ms`` of speech: shorter speech is an acknowledgement the model talks through),
+    ``listen`` or ``drop``) — docs/duplex.md. ``turn_modes`` are the modes the session's engine offers.
 
     The GA settings below are kept exactly as the client set them (JSON values) and echoed so:
     ``transcription`` (``audio.input.transcription``: each committed user audio item is
@@ -193,6 +194,7 @@ class SessionConfig:
     chunk_period_ms: int = 200
     overlap: str = "barge_in"
     turn_modes: tuple[str, ...] = ("turn_based",)
+    barge_in_ms: int = 0
 
 
 @attrs.frozen(kw_only=True)

@@ -120,13 +120,16 @@ class UnitFailed(TickAnswer):
 
 @event("overlap.decided")
 class OverlapDecided(Event):
-    """The overlap policy's decision on user speech that began while the model held the turn
-    (docs/duplex.md, "Overlap"): ``decision`` ``barge_in`` (the model's turn is cancelled) or
-    ``listen`` (the model goes on; the speech still reaches it); ``reason`` why;
-    ``response_id`` the turn it overlapped; ``audio_start_ms`` where the speech began on the
-    input clock."""
+    """The overlap policy's decision on user speech over the model's turn (docs/duplex.md,
+    "Overlap"): ``decision`` ``barge_in`` (the model's turn is cancelled), ``listen`` (the model
+    goes on; the speech still reaches it) or ``drop`` (the model goes on and does not hear the
+    speech); ``reason`` why (``user_speech_over_the_model``, ``long_overlap_speech``,
+    ``short_acknowledgement``, ``policy_listen``, ``policy_drop``); ``response_id`` the turn it
+    overlapped; ``audio_start_ms`` where the speech began on the input clock; ``item_id`` the
+    speech's id (server VAD's ``speech_started``)."""
 
     decision: str
     reason: str
     response_id: str
     audio_start_ms: int
+    item_id: Optional[str] = None

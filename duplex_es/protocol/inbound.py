@@ -615,7 +615,9 @@ def _session_update(p: _P) -> Command:
                 fields["voice"] = _voice(out["voice"], "session.audio.output.voice")
     duplex = p.obj("duplex", s, "session")
     if duplex is not None:
-        p.keys({"transcript_on_truncate", "acknowledge_appends", "mode", "chunk_period_ms", "overlap"}, duplex, "session.duplex")
+        p.keys({"transcript_on_truncate", "acknowledge_appends", "mode", "chunk_period_ms", "overlap", "barge_in_ms"}, duplex, "session.duplex")
+        if "barge_in_ms" in duplex:
+            fields["barge_in_ms"] = p.int("barge_in_ms", duplex, "session.duplex", required=True)
         if "mode" in duplex:
             fields["turn_mode"] = p.str("mode", duplex, "session.duplex", required=True)
         if "overlap" in duplex:

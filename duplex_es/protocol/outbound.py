@@ -220,6 +220,7 @@ def session_json(session_id: str, cfg: SessionConfig) -> dict[str, Any]:
         "modes": list(cfg.turn_modes),
         "chunk_period_ms": cfg.chunk_period_ms,
         "overlap": cfg.overlap,
+        "barge_in_ms": cfg.barge_in_ms,
     }
     if cfg.session_type == "transcription":
         return {

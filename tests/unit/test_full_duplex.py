@@ -199,3 +199,50 @@ def test_silence_units_keep_a_model_mid_turn_going_on_the_clock_and_are_bounded(
     h2.append(200)
     h2.answer(listen_reason="waiting_for_end_of_turn", continue_turn=True)
     assert next_unit_due_ms(h2.state) == h2.clock + 200
+
+
+def _speak_turn(h: Duplex) -> str:
+    h.append(200)
+    h.answer(audio=base64.b64encode(pcm(200)).decode(), text_delta="Hello ")
+    return h.state.duplex.response_id
+
+
+def _talk(h: Duplex, ms: int) -> None:
+    """``ms`` of speech over the model, in 20 ms appends, then 600 ms of quiet."""
+    for _ in range(ms // 20):
+        h.append(20, 8000)
+    for _ in range(30):
+        h.append(20, 0)
+
+
+def test_with_barge_in_ms_a_short_acknowledgement_is_talked_through_and_long_speech_barges_in():
+    h = Duplex.start(barge_in_ms=700)
+    resp_id = _speak_turn(h)
+    _talk(h, 300)  # "mm-hm"
+    decided = [e for _, e in h.log if isinstance(e, OverlapDecided)]
+    assert [(d.decision, d.reason) for d in decided] == [("listen", "short_acknowledgement")]
+    assert h.state.responses[resp_id].active
+    _talk(h, 1000)  # the user really talks
+    decided = [e for _, e in h.log if isinstance(e, OverlapDecided)]
+    assert [(d.decision, d.reason) for d in decided][-1] == ("barge_in", "long_overlap_speech")
+    assert not h.state.responses[resp_id].active
+    done = [e for _, e in h.log if isinstance(e, ResponseDone)]
+    assert [(d.status, d.reason) for d in done] == [("cancelled", "turn_detected")]
+    assert h.refold() == h.state
+
+
+def test_with_overlap_drop_the_speech_over_the_model_is_applied_but_not_heard():
+    h = Duplex.start(overlap="drop")
+    _speak_turn(h)
+    before = {s for _, e in h.log if isinstance(e, UnitIssued) for s in e.applied_event_ids}
+    _talk(h, 400)
+    (decided,) = [e for _, e in h.log if isinstance(e, OverlapDecided)]
+    assert decided.decision == "drop"
+    units = [e for _, e in h.log if isinstance(e, UnitIssued)]
+    heard = {s.seq for u in units for s in u.audio}
+    applied = {s for u in units for s in u.applied_event_ids}
+    speech = [s for s, e in h.log if e.TYPE == "input_audio_buffer.appended"]
+    muted = applied - heard - before
+    assert muted and set(muted) <= set(speech)
+    # Once the speech stopped, appends are heard again.
+    assert h.state.duplex.drop_item is None
