@@ -149,6 +149,13 @@ class Ramp:
         t = self.best_trial
         return {"events_per_s": None, "p50_ms": t.p50_ms if t else None, "p95_ms": t.p95_ms if t else None, "p99_ms": t.p99_ms if t else None}
 
+    def held_text(self) -> str:
+        """:attr:`best` as the row shows it: ``"≥ 32"`` when every step held (the ramp's cap, not
+        the worker's), ``"no"`` when nothing held."""
+        if self.best is None:
+            return "no"
+        return f"≥ {self.best}" if self.stopped == "every step held" else str(self.best)
+
     def trials_text(self) -> str:
         """``"1: p99 230 ms (held); 2: ..."`` for the row's note."""
         parts = []
@@ -452,7 +459,7 @@ def duplex_row(backend: str, db_url: str, *, quick: bool, out_dir: Path, say: An
     def named(path: str, b: int) -> str:
         r = ramps[path, b]
         what = "processed lag" if path == "duplex" else "append → ack lag"
-        return f"{_PATHS[path][0]} ({_PATHS[path][1]}), B = {b}: {r.best if r.best is not None else 'no'} sessions held ({what} at that count)"
+        return f"{_PATHS[path][0]} ({_PATHS[path][1]}), B = {b}: {r.held_text()} sessions held ({what} at that count)"
 
     comparisons = [comparison(named(p, b), ramps[p, b].figures(), ours, "p99_ms") for p, b in (("duplex", 1), ("turns", 16), ("turns", 1))]
     held = {f"{p}_b{b}": r.best for (p, b), r in ramps.items()}
@@ -464,8 +471,8 @@ def duplex_row(backend: str, db_url: str, *, quick: bool, out_dir: Path, say: An
     row = build_row(
         15,
         backend,
-        f"{MEASUREMENTS[15]}: B = 16 {head.best if head.best is not None else 'no'} sessions, B = 1 {ramps['duplex', 1].best if ramps['duplex', 1].best is not None else 'no'} "
-        f"(turn-based: B = 16 {ramps['turns', 16].best}, B = 1 {ramps['turns', 1].best})",
+        f"{MEASUREMENTS[15]}: B = 16 {head.held_text()} sessions, B = 1 {ramps['duplex', 1].held_text()} "
+        f"(turn-based: B = 16 {ramps['turns', 16].held_text()}, B = 1 {ramps['turns', 1].held_text()})",
         ours,
         n=t.measured if t else 0,
         target=target(15, backend),

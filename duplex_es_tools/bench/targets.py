@@ -1,5 +1,6 @@
-"""Issue 6 §3's table: what each row measures, on which backends, and its target (a goal on a
-2-core machine, reported as met or short, never asserted)."""
+"""Issue 6 §3's table (with row 14 from issue 12 and row 15 from issue 14): what each row
+measures, on which backends, and its target (a goal on a 2-core machine, reported as met or
+short, never asserted)."""
 
 from __future__ import annotations
 
