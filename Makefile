@@ -44,7 +44,8 @@ worker: install
 	$(BIN)/duplex-es worker $(if $(DB),--db $(DB))
 
 ## bench: issue 6's rows on SQLite and PostgreSQL, each against eventsourcing 9.5.6 and raw driver
-## loops in the same run; writes bench/results.json and bench/RESULTS.md (about 15 minutes).
+## loops in the same run; writes bench/results.json and bench/RESULTS.md (about 30 minutes: row 15,
+## full-duplex sessions one worker holds in real time, ramps real-time sessions for about 13 of them).
 ## The peers and the HDR histograms are in the extra `tools` (pyproject.toml), with the demo's SDK.
 bench: install postgres
 	$(BIN)/duplex-es bench

@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from duplex_es.events import TickIssued
 from duplex_es.store import Database, EventLog, TickQueue, upgrade
@@ -58,8 +58,10 @@ _ROW10_STEPS = (1, 2, 5, 10, 25, 50, 75, 100, 150, 200, 250, 300, 400, 500)
 _IN_MEMORY_CACHE: dict[bool, RampResult] = {}
 
 
-def run_serving_rows(backend: str, url: str, *, quick: bool, out_dir: Path, rows: Iterable[int] = (9, 10, 11, 14)) -> list[dict]:
-    """Measure rows 9, 10, 11 and 14 on ``backend`` (``sqlite`` or ``postgresql``) whose fresh
+def run_serving_rows(
+    backend: str, url: str, *, quick: bool, out_dir: Path, rows: Iterable[int] = (9, 10, 11, 14), say: Optional[Callable[[str], Any]] = None
+) -> list[dict]:
+    """Measure rows 9, 10, 11, 14 and 15 (:mod:`duplex_es_tools.bench.rows_duplex`) on ``backend`` (``sqlite`` or ``postgresql``) whose fresh
     database is ``url``; server logs and the ramps' JSON go to ``out_dir``.
 
     Args:
@@ -67,7 +69,8 @@ def run_serving_rows(backend: str, url: str, *, quick: bool, out_dir: Path, rows
         url: a fresh database on it (a SQLAlchemy URL; ``serve`` migrates it).
         quick: a smoke run (seconds; the figures mean little).
         out_dir: for ``serve`` logs and ``ramp-*.json``.
-        rows: which of 9, 10, 11, 14 to measure.
+        rows: which of 9, 10, 11, 14, 15 to measure.
+        say: hears a line per trial of row 15 (progress of a long ramp).
 
     Returns:
         One row dict per measured row (see :mod:`duplex_es_tools.bench.report`).
@@ -87,6 +90,10 @@ def run_serving_rows(backend: str, url: str, *, quick: bool, out_dir: Path, rows
             out.append(_row11(backend, durable, memory))
     if 14 in wanted:
         out.append(_row14(backend, url, quick=quick, out_dir=out_dir))
+    if 15 in wanted:
+        from duplex_es_tools.bench.rows_duplex import duplex_row
+
+        out.append(duplex_row(backend, url, quick=quick, out_dir=out_dir, say=say))
     return out
 
 

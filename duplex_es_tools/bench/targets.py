@@ -1,5 +1,6 @@
-"""Issue 6 §3's table: what each row measures, on which backends, and its target (a goal on a
-2-core machine, reported as met or short, never asserted)."""
+"""Issue 6 §3's table (with row 14 from issue 12 and row 15 from issue 14): what each row
+measures, on which backends, and its target (a goal on a 2-core machine, reported as met or
+short, never asserted)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ MEASUREMENTS: dict[int, str] = {
     11: "cost of durability: row 10 against an in-memory log",
     12: "append latency as the log grows",
     14: "steady light load: 10 real-time speech sessions for 60 s, append → ack latency, one server",
+    15: (
+        "full-duplex sessions one worker process holds in real time (reference engine, 20 ms appends of a spoken "
+        "question at real time; held: append → input_audio_buffer.processed p99 ≤ 1 s and every question answered)"
+    ),
 }
 
 #: The backends each row is measured on.
@@ -28,6 +33,7 @@ BACKENDS: dict[int, tuple[str, ...]] = {
     2: ("postgresql",),
     3: ("postgresql",),
     **{r: ("sqlite", "postgresql") for r in (4, 5, 6, 7, 8, 9, 10, 11, 12, 14)},
+    15: ("sqlite",),
 }
 
 _TARGETS: dict[tuple[int, str], str] = {
@@ -54,14 +60,15 @@ _TARGETS: dict[tuple[int, str], str] = {
     (12, "postgresql"): "p50 at 10M events ≤ 1.5× p50 at 10k events",
     (14, "sqlite"): "p99 < 20 ms (issue 12: no global stalls)",
     (14, "postgresql"): "report (issue 12 sets no target on PostgreSQL)",
+    (15, "sqlite"): "report B = 1 and B = 16 beside the turn-based path; aim for ≥ 8 sessions with B = 16",
 }
 
 #: Every row of the table (13, the bare transport ceiling, is issue 16's).
-ALL_ROWS = (*range(1, 13), 14)
+ALL_ROWS = (*range(1, 13), 14, 15)
 #: The rows this package measures itself.
 OUR_ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 12)
 #: The rows :mod:`duplex_es_tools.bench.serving` measures.
-SERVING_ROWS = (9, 10, 11, 14)
+SERVING_ROWS = (9, 10, 11, 14, 15)
 
 
 def target(row: int, backend: str) -> str:

@@ -74,7 +74,7 @@ def test_quick_bench_on_postgresql_drops_its_schemas(pg_schema_url: str, tmp_pat
 
 
 def test_rows_option():
-    assert parse_rows("all") == ((*range(1, 13), 14), True)
+    assert parse_rows("all") == ((*range(1, 13), 14, 15), True)
     assert parse_rows("12, 1,extras") == ((1, 12), True)
     with pytest.raises(Exception):
         parse_rows("13")
@@ -118,3 +118,22 @@ def test_the_reply_latency_figure_measures_full_duplex_beside_turn_based(tmp_pat
     fig = reply_latency(f"sqlite:///{tmp_path / 'l.db'}", tmp_path / "run", 1)
     assert fig["n"] == 1 and fig["p50_ms"] is not None and fig["p50_ms"] < 5000
     assert "turn-based with server VAD, same run: p50" in fig["note"]
+
+
+@pytest.mark.slow
+def test_quick_row_15_ramps_full_duplex_sessions_beside_turn_based_with_both_batch_sizes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Row 15 through ``duplex-es bench``: real serve + worker processes, real speech streamed at
+    real time; every ramp answered the question it streamed and timed the appends' answers."""
+    out = tmp_path / "bench"
+    results = _bench(out, "--backend", "sqlite", "--rows", "15", monkeypatch=monkeypatch)
+    (row,) = results["rows"]
+    _check_row(row, 15, "sqlite")
+    assert set(row["sessions_held"]) == {"duplex_b1", "duplex_b16", "turns_b1", "turns_b16"}
+    for name, trials in row["trials"].items():
+        assert trials and all(t["sessions"] <= 2 for t in trials), name  # quick: at most 2 sessions
+        assert any(t["answered"] >= 1 and t["measured"] > 0 for t in trials), f"{name}: no question answered"
+    names = [c["name"] for c in row["comparisons"]]
+    assert any(n.startswith("turn-based (gpt-realtime), B = 16") for n in names)
+    assert any(n.startswith("full duplex (duplex-es-duplex), B = 1:") for n in names)
+    assert "input_audio_buffer.processed" in row["note"] and "B = 16" in row["measurement"]
+    assert "| 15 | sqlite |" in (out / "RESULTS.md").read_text()
