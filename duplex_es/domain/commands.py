@@ -144,6 +144,7 @@ class SessionPatch:
     chunk_period_ms: object = UNSET  # int
     overlap: object = UNSET  # "barge_in" | "listen" | "drop"
     barge_in_ms: object = UNSET  # int
+    extension_events: object = UNSET  # bool
 
 
 @attrs.frozen(kw_only=True)

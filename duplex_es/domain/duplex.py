@@ -96,6 +96,12 @@ def _inputs(state: SessionState) -> SpeechInputs:
     )
 
 
+#: The most appends one unit applies, whatever their size: each is answered by its own
+#: ``input_audio_buffer.processed`` in the unit's answer, and one log event projects to at most
+#: 1000 wire events (docs/protocol.md, Event ids). A client sending appends of a few samples
+#: gets units of fewer samples than a chunk period.
+MAX_UNIT_APPENDS = 400
+
 #: The most silence units in a row (no real input between them): a model that keeps
 #: waiting without an answer stops being stepped until input comes (the reference's bound of
 #: 64 per auto-response turn).
@@ -127,10 +133,10 @@ def unit_due(state: SessionState, request_id: Optional[str], *, epoch: Optional[
     cfg = state.config
     assert cfg is not None
     period = cfg.chunk_period_ms * cfg.input_format.rate // 1000
-    take = len(d.pending)
-    if d.samples >= period:
+    take = min(len(d.pending), MAX_UNIT_APPENDS)
+    if d.samples >= period or len(d.pending) >= MAX_UNIT_APPENDS:
         got, take = 0, 0
-        while got < period:
+        while got < period and take < MAX_UNIT_APPENDS:
             got += d.segments[take].samples
             take += 1
     else:

@@ -299,8 +299,23 @@ def decide_append_text(cmd: AppendText, state: SessionState) -> list[Event]:
     return [TextAppended(client_event_id=cmd.event_id, text=cmd.text)]
 
 
+def _no_buffer(cmd: object, state: SessionState) -> Optional[list[Event]]:
+    """A full-duplex session has no input buffer to commit, clear or cancel: the model hears
+    input as it arrives and decides the turns (docs/duplex.md)."""
+    if not state.full_duplex:
+        return None
+    return reject(
+        cmd,
+        Code.FULL_DUPLEX_NO_BUFFER,
+        "a full-duplex session has no input buffer: the model hears the input as it arrives and decides when the user's turn ends",
+    )
+
+
 def decide_commit(cmd: Commit, state: SessionState, fold: Fold) -> list[Event]:
     """``input_audio_buffer.commit`` (with vLLM-Omni's ``create_response``, its response too)."""
+    refused = _no_buffer(cmd, state)
+    if refused is not None:
+        return refused
     if cmd.item_id in state.items:
         return reject(cmd, Code.ITEM_EXISTS, f"an item with id {cmd.item_id!r} already exists", "item_id")
     committed = commit_events(state, cmd.item_id, cmd.event_id)
@@ -323,10 +338,16 @@ def decide_commit(cmd: Commit, state: SessionState, fold: Fold) -> list[Event]:
 
 
 def decide_clear_input(cmd: ClearInput, state: SessionState) -> list[Event]:
+    refused = _no_buffer(cmd, state)
+    if refused is not None:
+        return refused
     return end_speech(state) + [InputCleared(client_event_id=cmd.event_id, discarded_seqs=_buffered(state))]
 
 
 def decide_cancel_input(cmd: CancelInput, state: SessionState) -> list[Event]:
+    refused = _no_buffer(cmd, state)
+    if refused is not None:
+        return refused
     return end_speech(state) + [InputCleared(client_event_id=cmd.event_id, discarded_seqs=_buffered(state), reason="input_cancelled")]
 
 

@@ -619,6 +619,9 @@ def evolve_response_done(ev: ResponseDone, state: SessionState, seq: int) -> Ses
         state = put_item(state, replace(item, status="completed" if finished else "incomplete"))
     state = end_calls(state, resp, ev.status)
     active = None if state.active_response_id == ev.response_id else state.active_response_id
+    if state.duplex.response_id == ev.response_id:
+        # A full-duplex model's turn ended (cancelled, failed): its next unit tells it so.
+        state = replace(state, duplex=replace(state.duplex, response_id=None))
     idle_since = state.idle_since_sample
     if resp.conversation == "auto" and state.config is not None:
         # Server VAD's idle timeout counts from when the response's audio has played out, on

@@ -167,13 +167,14 @@ def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: E
             bad.extend(units.answered(seq, ev, session_id, unit_verdict(state, ev).accepted))
         elif isinstance(ev, SessionClosed):
             closed = True
-        opened_by_unit = state.duplex.response_id
+        known = state.responses.keys() if isinstance(ev, UnitOutput) else ()
         try:
             state = evolve(state, seq, ev)
         except Exception as exc:  # a forged event the reducer cannot take: report it, audit on
             bad.append(Violation("fold", seq, f"the reducer cannot fold this {ev.TYPE} ({type(exc).__name__}: {exc})"))
-        if isinstance(ev, UnitOutput) and opened_by_unit is None and state.duplex.response_id is not None:
-            created[state.duplex.response_id] = seq  # a full-duplex model opened its turn
+        if isinstance(ev, UnitOutput):
+            for rid in state.responses.keys() - set(known):  # a full-duplex model opened its turn
+                created[rid] = seq
 
     for rid, (seq, t) in ticks.items():
         if t.applied_event_ids and rid not in committed and rid not in cancelled and closed:

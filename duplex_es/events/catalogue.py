@@ -152,7 +152,9 @@ class SessionConfig:
     model hears the input continuously in units of ``chunk_period_ms`` ms of input audio and
     decides when to talk; user speech over its turn follows ``overlap``: ``barge_in`` (after
     ``barge_in_ms`` of speech: shorter speech is an acknowledgement the model talks through),
-    ``listen`` or ``drop``) — docs/duplex.md. ``turn_modes`` are the modes the session's engine offers.
+    ``listen`` or ``drop``) — docs/duplex.md. ``extension_events`` adds vLLM-Omni's full-duplex
+    events (``response.listen``, ``response.speak``, ``overlap.decision``,
+    ``input_audio_buffer.processed``) to the wire; off, a client sees GA events only. ``turn_modes`` are the modes the session's engine offers.
 
     The GA settings below are kept exactly as the client set them (JSON values) and echoed so:
     ``transcription`` (``audio.input.transcription``: each committed user audio item is
@@ -195,6 +197,7 @@ class SessionConfig:
     overlap: str = "barge_in"
     turn_modes: tuple[str, ...] = ("turn_based",)
     barge_in_ms: int = 0
+    extension_events: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -7,7 +7,9 @@ A unit's output is projected in this order: what the engine heard of the user
 item it answers and its response (``response.created``, ``response.speak`` once, the output
 item's opening); its audio and transcript deltas, or ``response.listen`` with the reason; and
 last, one ``input_audio_buffer.processed`` per append the unit applied, in input order — after
-the output those appends caused.
+the output those appends caused. The vLLM-Omni events (``response.speak``, ``response.listen``,
+``overlap.decision``, ``input_audio_buffer.processed``) go out only to a session that asked for
+them (``duplex.extension_events``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ __all__ = ["PROJECTIONS", "SILENT_EVENT_TYPES"]
 
 #: Units are between the session and its workers.
 SILENT_EVENT_TYPES = frozenset({"duplex.unit.issued"})
+
+
+def _extensions(state: SessionState) -> bool:
+    """Whether the session asked for vLLM-Omni's full-duplex events (``duplex.extension_events``):
+    GA clients (the Agents SDK among them) warn on every event type they do not know."""
+    return state.config is not None and state.config.extension_events
 
 
 def _processed(before: SessionState, seqs: tuple[int, ...], decision: str, reason: str | None) -> list[dict[str, Any]]:
@@ -61,8 +69,9 @@ def project_unit_output(ev: UnitOutput, ctx: Ctx) -> list[dict[str, Any]]:
     opened = speaks and before.duplex.response_id is None
     resp = after.responses.get(after.active_response_id or "") if speaks else None
     if opened and resp is not None:
-        user = after.items.get(before.duplex.turn_item_id or "")
-        if user is not None and before.duplex.turn_audio:
+        item_id = before.duplex.turn_item_id or ""
+        user = after.items.get(item_id)
+        if user is not None and item_id not in before.items:  # this unit made the user's turn an item
             uj = item_json(user)
             previous = after.previous_of(user.id)
             out += [
@@ -77,7 +86,8 @@ def project_unit_output(ev: UnitOutput, ctx: Ctx) -> list[dict[str, Any]]:
                 },
             ]
         out.append({"type": "response.created", "response": _response_json(after, resp)})
-        out.append({"type": "response.speak", "response_id": resp.id})
+        if _extensions(after):
+            out.append({"type": "response.speak", "response_id": resp.id})
         out += _opening(after, resp, after.items[resp.item_ids[0]])
     if speaks and resp is not None:
         item = after.items[resp.item_id]
@@ -90,18 +100,22 @@ def project_unit_output(ev: UnitOutput, ctx: Ctx) -> list[dict[str, Any]]:
         if ev.text_delta:
             kind = "response.output_audio_transcript.delta" if audio_mode else "response.output_text.delta"
             out.append({"type": kind, **_ids(resp, item), "delta": ev.text_delta})
-    elif not speaks:
+    if not _extensions(after):
+        return out
+    if not speaks:
         out.append({"type": "response.listen", "reason": ev.listen_reason or "listening", "response_id": before.duplex.response_id})
     return out + _processed(before, before.duplex.unit_seqs, "speak" if speaks else "listen", None if speaks else ev.listen_reason)
 
 
 def project_unit_failed(ev: UnitFailed, ctx: Ctx) -> list[dict[str, Any]]:
-    if not unit_verdict(ctx.before, ev).accepted:
+    if not unit_verdict(ctx.before, ev).accepted or not _extensions(ctx.after):
         return []
     return _processed(ctx.before, ctx.before.duplex.unit_seqs, "failed", ev.code)
 
 
 def project_overlap_decided(ev: OverlapDecided, ctx: Ctx) -> list[dict[str, Any]]:
+    if not _extensions(ctx.after):
+        return []
     return [
         {"type": "overlap.decision", "decision": ev.decision, "reason": ev.reason, "response_id": ev.response_id, "audio_start_ms": ev.audio_start_ms}
     ]

@@ -221,6 +221,7 @@ def session_json(session_id: str, cfg: SessionConfig) -> dict[str, Any]:
         "chunk_period_ms": cfg.chunk_period_ms,
         "overlap": cfg.overlap,
         "barge_in_ms": cfg.barge_in_ms,
+        "extension_events": cfg.extension_events,
     }
     if cfg.session_type == "transcription":
         return {

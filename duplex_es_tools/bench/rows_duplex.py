@@ -214,12 +214,13 @@ class _Client:
         mode = created["session"].get("duplex", {}).get("mode")
         if self.path == "duplex" and mode != "full_duplex":
             raise RuntimeError(f"model {model} did not open a full-duplex session (duplex.mode {mode!r})")
-        if self.path == "turns":
-            # Per-append acks: the turn-based path's counterpart of input_audio_buffer.processed.
-            await self.ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "duplex": {"acknowledge_appends": True}}}))
-            updated = await self._expect("session.updated", timeout)
-            if updated["session"].get("duplex", {}).get("acknowledge_appends") is not True:
-                raise RuntimeError("the server did not turn duplex.acknowledge_appends on")
+        # Per-append answers: vLLM-Omni's input_audio_buffer.processed (full duplex) or the
+        # append acknowledgement, its turn-based counterpart; both are asked for.
+        setting = "extension_events" if self.path == "duplex" else "acknowledge_appends"
+        await self.ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "duplex": {setting: True}}}))
+        updated = await self._expect("session.updated", timeout)
+        if updated["session"].get("duplex", {}).get(setting) is not True:
+            raise RuntimeError(f"the server did not turn duplex.{setting} on")
 
     async def _expect(self, kind: str, timeout: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout

@@ -60,6 +60,7 @@ def test_the_model_answers_by_itself_streams_the_users_words_and_barge_in_cancel
     c = WsClient(port, model="duplex-es-duplex")
     created = c.events[0]["session"]
     assert created["duplex"]["mode"] == "full_duplex"
+    c.update({"duplex": {"extension_events": True}})  # vLLM-Omni's events: response.speak, overlap.decision, ...
     # 1. The question, then silence: nobody commits, nobody asks for a response.
     stream(c, speech("weather_question_24k.wav") + silence(1.5))
     c.recv("response.speak", 30)

@@ -25,8 +25,7 @@ class Duplex(Harness):
         h = cls()
         h.wire = []
         h.run(OpenSession(session_id="sess_fd", model="duplex-es-duplex", engine="duplex-es-duplex", full_duplex=True))
-        if patch:
-            h.run(UpdateSession(patch=SessionPatch(**patch)))
+        h.run(UpdateSession(patch=SessionPatch(**{"extension_events": True, **patch})))
         return h
 
     def apply(self, events):  # noqa: ANN001, ANN201
@@ -246,3 +245,61 @@ def test_with_overlap_drop_the_speech_over_the_model_is_applied_but_not_heard():
     assert muted and set(muted) <= set(speech)
     # Once the speech stopped, appends are heard again.
     assert h.state.duplex.drop_item is None
+
+
+def test_without_extension_events_a_ga_client_sees_only_ga_events():
+    from duplex_es.protocol import EXTENSION_EVENT_TYPES
+
+    h = Duplex.start(extension_events=False)
+    h.append(200)
+    h.answer(listen_reason="user_speaking", user_transcript_delta="hello")
+    h.append(200)
+    h.answer(audio=base64.b64encode(pcm(200)).decode(), text_delta="You said hello.", end_of_turn=True)
+    types = set(h.types())
+    assert not types & EXTENSION_EVENT_TYPES
+    assert {"response.created", "response.output_audio.delta", "response.done", "conversation.item.input_audio_transcription.delta"} <= types
+
+
+def test_a_unit_that_hears_the_user_and_answers_at_once_announces_the_user_item_and_audits_clean():
+    from duplex_es.domain.speech_audit import audit_speech
+    from duplex_es.domain import evolve
+
+    h = Duplex.start()
+    h.append(200)
+    mark = len(h.wire)
+    h.answer(text_delta="Hi.", end_of_turn=True, user_transcript_delta="hello")  # opens and ends in one unit
+    types = h.types()[mark:]
+    assert "conversation.item.done" in types and types.index("conversation.item.done") < types.index("response.created")
+    assert audit_speech(h.state.session_id, h.log, evolve).violations == ()
+
+
+def test_a_cancelled_turn_is_gone_for_the_next_unit_and_units_are_bounded_in_appends():
+    from duplex_es.domain import CancelResponse
+    from duplex_es.domain.duplex import MAX_UNIT_APPENDS
+
+    h = Duplex.start()
+    resp_id = _speak_turn(h)
+    h.append(200)
+    assert h.unit().response_id == resp_id
+    h.run(CancelResponse())
+    h.pump()
+    h.append(200)
+    assert h.state.duplex.response_id is None and h.unit().response_id is None
+    while h.state.duplex.unit is not None:
+        h.answer(listen_reason="silence")
+    # A client sending appends of a few samples: each unit applies at most MAX_UNIT_APPENDS.
+    for _ in range(MAX_UNIT_APPENDS + 50):
+        h.run(AppendAudio(audio=base64.b64encode(pcm(1)[:4]).decode(), nbytes=4))
+    h.pump()
+    assert len(h.unit().applied_event_ids) == MAX_UNIT_APPENDS
+
+
+def test_commit_clear_and_input_cancel_are_refused_in_a_full_duplex_session():
+    from duplex_es.domain import CancelInput, ClearInput, Commit
+
+    h = Duplex.start()
+    h.append(100)
+    for cmd in (Commit(item_id="item_c"), ClearInput(), CancelInput()):
+        (refused,) = h.run(cmd)
+        assert refused.code == Code.FULL_DUPLEX_NO_BUFFER
+    assert h.state.duplex.samples == 2400  # the waiting input is untouched

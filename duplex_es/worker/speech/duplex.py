@@ -8,7 +8,9 @@ the user's turn from the pauses and the words: :data:`END_SILENCE_MS` of silence
 :data:`MIN_SPEECH_MS` of speech — twice as long when the last word heard leaves the sentence
 open (``and``, ``but``, ``um``, ...). Then it answers as the cascade echo agent does
 ("You said: ..."), spoken by espeak-ng and streamed :data:`REPLY_CHUNK_MS` per unit (about twice
-real time at 200 ms units, as a GPU model streams), and ends its turn with the last chunk. Speech
+real time at 200 ms units, as a GPU model streams; twice the unit's length for longer units),
+and ends its turn with the last chunk. Partial decodes stop at :data:`PARTIAL_UNTIL_MS` of
+speech and a turn ends at :data:`MAX_TURN_SPEECH_MS` (each decode reads the whole utterance). Speech
 is told from silence by frame energy (10 ms frames above :data:`SPEECH_DBFS`).
 
 Everything it needs between units is in its state (JSON, carried by the log from unit to unit):
@@ -33,7 +35,17 @@ from duplex_es.worker.engine import EngineError, UnitContext, UnitOutputs
 from duplex_es.worker.speech.engine import reply_text
 from duplex_es.worker.speech.tts import ESPEAK_VOICES
 
-__all__ = ["FullDuplexEngine", "END_SILENCE_MS", "MIN_SPEECH_MS", "PARTIAL_EVERY_MS", "REPLY_CHUNK_MS", "SPEECH_DBFS", "OPEN_ENDINGS"]
+__all__ = [
+    "FullDuplexEngine",
+    "END_SILENCE_MS",
+    "MIN_SPEECH_MS",
+    "PARTIAL_EVERY_MS",
+    "PARTIAL_UNTIL_MS",
+    "MAX_TURN_SPEECH_MS",
+    "REPLY_CHUNK_MS",
+    "SPEECH_DBFS",
+    "OPEN_ENDINGS",
+]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +57,14 @@ MIN_SPEECH_MS = 300
 
 #: New speech (ms) between two partial decodes of the utterance.
 PARTIAL_EVERY_MS = 1000
+
+#: Partial decodes stop once the utterance holds this much speech (ms): each decodes the whole
+#: utterance again, so their cost grows with its square; the final decode reports the rest.
+PARTIAL_UNTIL_MS = 6000
+
+#: The longest user turn (ms of speech): past it the agent answers as if the user had paused —
+#: what it holds in its state, and the final decode's time, stay bounded.
+MAX_TURN_SPEECH_MS = 15_000
 
 #: Reply audio per unit (ms).
 REPLY_CHUNK_MS = 400
@@ -128,7 +148,7 @@ class FullDuplexEngine:
         else:
             return UnitOutputs(echo=ctx.identity, listen_reason="silence", engine_state=state)
         delta = ""
-        if state["speech_ms"] - state["partial_at_ms"] >= PARTIAL_EVERY_MS:
+        if state["speech_ms"] - state["partial_at_ms"] >= PARTIAL_EVERY_MS and state["speech_ms"] <= PARTIAL_UNTIL_MS:
             delta = self._heard_more(ctx, state)
             state["partial_at_ms"] = state["speech_ms"]
         if state["speech_ms"] < MIN_SPEECH_MS:
@@ -137,13 +157,13 @@ class FullDuplexEngine:
             return UnitOutputs(echo=ctx.identity, listen_reason="user_speaking", user_transcript_delta=delta, engine_state=state, continue_turn=True)
         words = (state["heard"] + delta).split()
         needed = END_SILENCE_MS * (2 if words and words[-1] in OPEN_ENDINGS else 1)
-        if state["silence_ms"] < needed:
+        if state["silence_ms"] < needed and state["speech_ms"] < MAX_TURN_SPEECH_MS:
             reason = "user_speaking" if state["silence_ms"] < 200 else "waiting_for_end_of_turn"
             # Ask for the quiet that follows even if the client stops sending (silence units).
             return UnitOutputs(echo=ctx.identity, listen_reason=reason, user_transcript_delta=delta, engine_state=state, continue_turn=True)
         # The user's turn ended: hear the whole utterance, then start the reply.
         delta += self._heard_more(ctx, state, final=True)
-        state = {"phase": "speaking", "transcript": state["heard"], "k": 0}
+        state = {"phase": "speaking", "transcript": state["heard"], "at_ms": 0}
         out = self._speak(ctx, state)
         return UnitOutputs(
             echo=out.echo, audio=out.audio, text_delta=out.text_delta, marks=out.marks, end_of_turn=out.end_of_turn,
@@ -192,16 +212,21 @@ class FullDuplexEngine:
         return plan
 
     def _speak(self, ctx: UnitContext, state: dict[str, Any]) -> UnitOutputs:
-        """The next chunk of the reply (``state["k"]``); the last ends the turn."""
+        """The next chunk of the reply, from ``state["at_ms"]``: :data:`REPLY_CHUNK_MS`, or twice
+        the unit's length when units are longer (so the reply keeps ahead of real time at any
+        chunk period); the last ends the turn."""
         inputs = ctx.tick.inputs
         text, audio, marks, duration = self._reply(state["transcript"], inputs)
-        k = state["k"]
+        tick = ctx.tick
+        unit_ms = sum(seg.samples for seg in tick.audio) * 1000 // tick.inputs.input_format.rate + tick.silence_ms
+        step = max(self.reply_chunk_ms, 2 * unit_ms)
         if not audio:  # text only: the whole reply at once
             return UnitOutputs(echo=ctx.identity, text_delta=text, end_of_turn=True, engine_state=self._fresh())
         fmt = inputs.output_format
         width = bytes_per_sample(fmt.type)
         per_ms = fmt.rate // 1000
-        start, end = k * self.reply_chunk_ms, min((k + 1) * self.reply_chunk_ms, duration)
+        start = state["at_ms"]
+        end = min(start + step, duration)
         last = end >= duration
         piece = audio[start * per_ms * width : (len(audio) if last else end * per_ms * width)]
         c0 = _chars_at(marks, start, len(text))
@@ -209,7 +234,7 @@ class FullDuplexEngine:
         out_marks = tuple(Mark(text_chars=o, audio_ms=ms) for o, ms in marks if start <= ms < end)
         if last:
             out_marks += (Mark(text_chars=len(text), audio_ms=duration),)
-        next_state = self._fresh() if last else {**state, "k": k + 1}
+        next_state = self._fresh() if last else {**state, "at_ms": end}
         return UnitOutputs(echo=ctx.identity, audio=piece, text_delta=text[c0:c1], marks=out_marks, end_of_turn=last, engine_state=next_state)
 
 
