@@ -29,7 +29,7 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Callable, Optional
 
 import attrs
 from rich.console import Console

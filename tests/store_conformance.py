@@ -221,7 +221,7 @@ class StoreConformance:
         """Seqs are gapless per session; positions rise in commit order across sessions; the
         tail, the head and the session list agree with what was appended."""
         r1 = log.append("s1", [opened("s1"), text(1), text(2)], expected_seq=0)
-        r2 = log.append("s2", [opened("s2")], expected_seq=0)
+        log.append("s2", [opened("s2")], expected_seq=0)
         r3 = log.append("s1", [text(3)], expected_seq=3)
         assert [r.seq for r in r1.records] == [1, 2, 3] and r3.records[0].seq == 4
         assert [r.seq for r in log.read_session("s1")] == [1, 2, 3, 4]

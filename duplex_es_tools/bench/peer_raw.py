@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import sqlite3
 import threading
 import time
 from typing import Any, Callable, Optional
