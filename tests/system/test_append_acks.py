@@ -68,6 +68,7 @@ def test_appends_are_acknowledged_only_when_the_session_asks(server, weather_pcm
         "chunk_period_ms": 200,
         "overlap": "barge_in",
         "barge_in_ms": 0,
+        "extension_events": False,
     }
     for i, audio in enumerate(chunks(weather_pcm[48 * 60 :], 20, 10)):
         c.send({"type": "input_audio_buffer.append", "event_id": f"a-{i}", "audio": audio})
