@@ -16,6 +16,7 @@ import pytest
 
 from duplex_es.api import Database, DuplexSessions, command_from_realtime, new_id
 from duplex_es.audit import audit_session
+from duplex_es.domain import SessionPatch, UpdateSession
 from duplex_es.events import TickFailed, TickIssued, TickOutput, UnitIssued, UnitOutput
 from duplex_es.server.host import SessionHost
 from duplex_es.store import EventLog, TickQueue, upgrade
@@ -83,6 +84,8 @@ class Clients:
 async def _open_duplex(clients: Clients) -> str:
     """A full-duplex session (``duplex-es-duplex``) with a listener, nothing appended yet."""
     host = await clients.sessions.open_session(model="duplex-es-duplex")
+    # vLLM-Omni's events (input_audio_buffer.processed among them) are asked for.
+    await host.submit(UpdateSession(patch=SessionPatch(extension_events=True)))
     clients.hosts.append(host)
     got = clients.wire.setdefault(host.session_id, [])
 
