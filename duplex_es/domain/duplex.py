@@ -17,12 +17,11 @@ in the next unit; ``listen`` lets the model go on. Each decision is an ``overlap
 
 from __future__ import annotations
 
-import base64
 from typing import Callable, Optional
 
 from duplex_es.domain.playback import refresh_transcripts
 from duplex_es.domain.replace import replace
-from duplex_es.domain.rules import put_item, put_response
+from duplex_es.domain.rules import grow_item, put_item, put_response
 from duplex_es.domain.state import Item, Response, SessionState
 from duplex_es.domain.ticks import Verdict, judge_echo
 from duplex_es.events import (
@@ -411,17 +410,7 @@ def _open_turn(state: SessionState, request_id: str) -> SessionState:
 def _speak(state: SessionState, ev: UnitOutput, seq: int) -> SessionState:
     """Add a unit's audio and text to the model's turn (as a tick output adds to a response)."""
     resp = state.responses[state.duplex.response_id]  # type: ignore[index]
-    item = state.items[resp.item_id]
-    width = 2 if resp.output_format.type == "audio/pcm" else 1
-    new_samples = len(base64.b64decode(ev.audio)) // width if ev.audio else 0
-    item = replace(
-        item,
-        full_text=item.full_text + ev.text_delta,
-        audio_samples=item.audio_samples + new_samples,
-        audio=item.audio + ((AudioSegment(seq=seq, offset=0, samples=new_samples),) if new_samples else ()),
-        marks=item.marks + tuple(ev.marks),
-        complete=item.complete or ev.end_of_turn,
-    )
+    item, new_samples = grow_item(state.items[resp.item_id], seq, ev.audio, ev.text_delta, ev.marks, ev.end_of_turn)
     resp = replace(
         resp,
         usage=resp.usage if ev.usage is None else resp.usage + ev.usage,

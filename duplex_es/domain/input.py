@@ -151,15 +151,10 @@ def decide_append_audio(cmd: AppendAudio, state: SessionState, fold: Fold) -> li
     if td is None or cmd.vad_ids is None:
         return [appended]
     buffer_start = state.buffer.start_sample if not state.buffer.empty else state.input_clock
-    pcm = decode_to_pcm16(base64.b64decode(cmd.audio), fmt.type)
-    before = state.vad
-    frame = max(1, fmt.rate * FRAME_MS // 1000)
-    if before.frame_fill != state.input_clock % frame:  # VAD was off: re-align frames to the clock
-        before = replace(before, frame_fill=state.input_clock % frame, frame_energy=0.0)
-    try:
-        vad, transitions = detect(before, pcm, state.input_clock, fmt.rate, td, buffer_start)
-    except DetectorUnavailable as e:  # only a session moved to a server without the model
-        return reject(cmd, Code.SERVER_VAD_UNAVAILABLE, f"the {td.detector} detector cannot run on this server: {e}", "session.audio.input.turn_detection.detector")
+    found = _run_vad(cmd, state, buffer_start)
+    if isinstance(found, list):
+        return found
+    vad, transitions = found
     ids = cmd.vad_ids
     # Each utterance in one append needs its own item id; later ones derive from the first.
     fresh = iter([ids.item_id] + [f"{ids.item_id}_{n}" for n in range(1, len(transitions) + 2)])
@@ -204,6 +199,23 @@ def decide_append_audio(cmd: AppendAudio, state: SessionState, fold: Fold) -> li
     return events
 
 
+def _run_vad(cmd: AppendAudio, state: SessionState, buffer_start: int) -> tuple[VadState, list] | list[Event]:
+    """Server VAD over the append's audio from the logged VAD state: ``(state after, turn
+    transitions)``, or the append's refusal when the session's detector cannot run here."""
+    cfg = state.config
+    assert cfg is not None and cfg.turn_detection is not None
+    td, fmt = cfg.turn_detection, cfg.input_format
+    pcm = decode_to_pcm16(base64.b64decode(cmd.audio), fmt.type)
+    before = state.vad
+    frame = max(1, fmt.rate * FRAME_MS // 1000)
+    if before.frame_fill != state.input_clock % frame:  # VAD was off: re-align frames to the clock
+        before = replace(before, frame_fill=state.input_clock % frame, frame_energy=0.0)
+    try:
+        return detect(before, pcm, state.input_clock, fmt.rate, td, buffer_start)
+    except DetectorUnavailable as e:  # only a session moved to a server without the model
+        return reject(cmd, Code.SERVER_VAD_UNAVAILABLE, f"the {td.detector} detector cannot run on this server: {e}", "session.audio.input.turn_detection.detector")
+
+
 def _duplex_append(cmd: AppendAudio, state: SessionState, fold: Fold, appended: AudioAppended) -> list[Event]:
     """An append to a full-duplex session (docs/duplex.md): server VAD still reports speech
     (no commit, no response: the model decides), speech over the model's turn goes through the
@@ -214,15 +226,10 @@ def _duplex_append(cmd: AppendAudio, state: SessionState, fold: Fold, appended: 
     events: list[Event] = [appended]
     ids = cmd.vad_ids
     if td is not None and ids is not None:
-        pcm = decode_to_pcm16(base64.b64decode(cmd.audio), fmt.type)
-        before = state.vad
-        frame = max(1, fmt.rate * FRAME_MS // 1000)
-        if before.frame_fill != state.input_clock % frame:
-            before = replace(before, frame_fill=state.input_clock % frame, frame_energy=0.0)
-        try:
-            vad, transitions = detect(before, pcm, state.input_clock, fmt.rate, td, state.input_clock)
-        except DetectorUnavailable as e:  # only a session moved to a server without the model
-            return reject(cmd, Code.SERVER_VAD_UNAVAILABLE, f"the {td.detector} detector cannot run on this server: {e}", "session.audio.input.turn_detection.detector")
+        found = _run_vad(cmd, state, state.input_clock)
+        if isinstance(found, list):
+            return found
+        vad, transitions = found
         fresh = iter([ids.item_id] + [f"{ids.item_id}_{n}" for n in range(1, len(transitions) + 2)])
         current, started_ms = state.vad.item_id, ms_of(state.vad.start_sample, fmt.rate)
         events[0] = replace(appended, vad=vad)

@@ -20,7 +20,7 @@ from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_INSTRUCTIONS_CHARS, MAX_OUT_OF_BAND_RESPONSES, VOICES
 from duplex_es.domain.playback import may_still_play, maybe_release, refresh_transcripts
 from duplex_es.domain.replace import replace
-from duplex_es.domain.rules import open_output_item, put_item, put_response, reject
+from duplex_es.domain.rules import b64_len, grow_item, open_output_item, put_item, put_response, reject
 from duplex_es.domain.state import Item, Response, ResponseStatus, SessionState, Tick, TickStatus
 from duplex_es.domain.ticks import ACCEPTED, Verdict, judge_echo
 from duplex_es.events import (
@@ -132,7 +132,7 @@ def speech_inputs(state: SessionState, o: ResponseOptions, **fields: Any) -> Spe
                 entries.append(HistoryEntry(item_id="", role="tool", text="", type="function_call_output", call_id=entry.call_id, output=entry.output))
                 continue
             text = "".join(p.text for p in entry.content)
-            samples = sum(_b64_len(p.audio) for p in entry.content) // per_sample
+            samples = sum(b64_len(p.audio) for p in entry.content) // per_sample
             entries.append(HistoryEntry(item_id="", role=entry.role or "user", text=text, audio_ms=samples * 1000 // cfg.input_format.rate))
             if entry.role == "user":
                 # Inline audio is logged by the response.created about to be appended.
@@ -169,7 +169,7 @@ def _input_problem(state: SessionState, entries: tuple[ResponseInput, ...]) -> O
             continue
         problem = content_problem(entry.role or "", entry.content, path)
         if problem is None:
-            nbytes = sum(_b64_len(p.audio) for p in entry.content)
+            nbytes = sum(b64_len(p.audio) for p in entry.content)
             problem = size_problem(state.config.input_format, entry.content, nbytes, path, f"{path}.content")  # type: ignore[union-attr]
         if problem is not None:
             return problem
@@ -527,15 +527,7 @@ def evolve_tick_output(ev: TickOutput, state: SessionState, seq: int) -> Session
         state, resp, item = open_output_item(state, resp, ev.new_item_id, content_type)
     else:
         item = state.items[resp.item_id]
-    new_samples = _b64_len(ev.audio) // (2 if resp.output_format.type == "audio/pcm" else 1)
-    item = replace(
-        item,
-        full_text=item.full_text + ev.text_delta,
-        audio_samples=item.audio_samples + new_samples,
-        audio=item.audio + ((AudioSegment(seq=seq, offset=0, samples=new_samples),) if new_samples else ()),
-        marks=item.marks + tuple(ev.marks),
-        complete=item.complete or ev.final,
-    )
+    item, new_samples = grow_item(item, seq, ev.audio, ev.text_delta, ev.marks, ev.final)
     resp = replace(_advanced(resp, ev), generated_ms=item.offset_ms + item.generated_ms)
     state = replace(state, ticks=ticks, audio_output_started=state.audio_output_started or new_samples > 0)
     state = put_response(put_item(state, item), resp)
@@ -631,10 +623,3 @@ def evolve_response_done(ev: ResponseDone, state: SessionState, seq: int) -> Ses
     state = put_response(replace(state, active_response_id=active, idle_since_sample=idle_since), resp)
     state = refresh_transcripts(state, resp.id)
     return maybe_release(state, resp.id)
-
-
-def _b64_len(b64: str) -> int:
-    """Decoded length of a base64 string without decoding it."""
-    if not b64:
-        return 0
-    return len(b64) * 3 // 4 - b64[-2:].count("=")

@@ -16,9 +16,9 @@ from duplex_es.domain.errors import ERROR_TYPES
 from duplex_es.domain.replace import replace
 from duplex_es.domain.kind import IllegalTransition
 from duplex_es.domain.state import ACTIVE, Item, Response, SessionState
-from duplex_es.events import CommandRejected, Event
+from duplex_es.events import AudioSegment, CommandRejected, Event
 
-__all__ = ["COMMAND_TYPES", "Fold", "keep", "reject", "rejection", "shown", "put_item", "put_response", "open_output_item"]
+__all__ = ["COMMAND_TYPES", "Fold", "keep", "reject", "rejection", "shown", "put_item", "put_response", "open_output_item", "b64_len", "grow_item"]
 
 #: Wire name of each command, recorded in ``command.rejected.command_type``.
 COMMAND_TYPES: dict[type, str] = {
@@ -169,3 +169,27 @@ def open_output_item(state: SessionState, resp: Response, item_id: str, content_
     )
     state = put_item(state, item, after=resp.item_id if item.in_conversation else "end")
     return state, replace(resp, item_ids=resp.item_ids + (item.id,)), item
+
+
+def b64_len(b64: str) -> int:
+    """Decoded length of a base64 string without decoding it."""
+    if not b64:
+        return 0
+    return len(b64) * 3 // 4 - b64[-2:].count("=")
+
+
+def grow_item(item: Item, seq: int, audio_b64: str, text_delta: str, marks: tuple, done: bool) -> tuple[Item, int]:
+    """An assistant item after an engine output logged at ``seq``: its audio (base64, the
+    item's format), text and marks appended; ``done`` completes it. Returns the item and the
+    output's audio length in samples."""
+    width = 2 if item.audio_format.type == "audio/pcm" else 1
+    new_samples = b64_len(audio_b64) // width
+    grown = replace(
+        item,
+        full_text=item.full_text + text_delta,
+        audio_samples=item.audio_samples + new_samples,
+        audio=item.audio + ((AudioSegment(seq=seq, offset=0, samples=new_samples),) if new_samples else ()),
+        marks=item.marks + tuple(marks),
+        complete=item.complete or done,
+    )
+    return grown, new_samples

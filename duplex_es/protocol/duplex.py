@@ -14,14 +14,13 @@ them (``duplex.extension_events``).
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 from duplex_es.domain.audio import ms_of
 from duplex_es.domain.duplex import unit_verdict
 from duplex_es.domain.state import SessionState
 from duplex_es.events import OverlapDecided, UnitFailed, UnitOutput
-from duplex_es.protocol.outbound import MAX_AUDIO_DELTA_BYTES, Ctx, Projection, _ids, _opening, _response_json, item_json
+from duplex_es.protocol.outbound import Ctx, Projection, _opening, _response_json, item_json, output_deltas
 
 __all__ = ["PROJECTIONS", "SILENT_EVENT_TYPES"]
 
@@ -90,16 +89,7 @@ def project_unit_output(ev: UnitOutput, ctx: Ctx) -> list[dict[str, Any]]:
             out.append({"type": "response.speak", "response_id": resp.id})
         out += _opening(after, resp, after.items[resp.item_ids[0]])
     if speaks and resp is not None:
-        item = after.items[resp.item_id]
-        audio_mode = item.content_type == "output_audio"
-        if audio_mode and ev.audio:
-            raw = base64.b64decode(ev.audio)
-            for start in range(0, len(raw), MAX_AUDIO_DELTA_BYTES):
-                piece = base64.b64encode(raw[start : start + MAX_AUDIO_DELTA_BYTES]).decode("ascii")
-                out.append({"type": "response.output_audio.delta", **_ids(resp, item), "delta": piece})
-        if ev.text_delta:
-            kind = "response.output_audio_transcript.delta" if audio_mode else "response.output_text.delta"
-            out.append({"type": kind, **_ids(resp, item), "delta": ev.text_delta})
+        out += output_deltas(resp, after.items[resp.item_id], ev.audio, ev.text_delta)
     if not _extensions(after):
         return out
     if not speaks:

@@ -68,6 +68,7 @@ __all__ = [
     "split_server_event_seq",
     "session_json",
     "item_json",
+    "output_deltas",
     "usage_json",
     "turn_detection_json",
     "EXTENSION_EVENT_TYPES",
@@ -619,15 +620,22 @@ def project_tick_output(ev: TickOutput, ctx: Ctx) -> list[dict[str, Any]]:
         if fc.done:
             out += _call_closing(after, resp, item)
         return out
+    return out + output_deltas(resp, item, ev.audio, ev.text_delta)
+
+
+def output_deltas(resp: Response, item: Item, audio_b64: str, text_delta: str) -> list[dict[str, Any]]:
+    """An engine output's deltas on ``item`` of ``resp``: its audio (cut into pieces of at most
+    :data:`MAX_AUDIO_DELTA_BYTES`) and its transcript or text."""
+    out: list[dict[str, Any]] = []
     audio_mode = item.content_type == "output_audio"
-    if audio_mode and ev.audio:
-        raw = base64.b64decode(ev.audio)
+    if audio_mode and audio_b64:
+        raw = base64.b64decode(audio_b64)
         for start in range(0, len(raw), MAX_AUDIO_DELTA_BYTES):
             piece = base64.b64encode(raw[start : start + MAX_AUDIO_DELTA_BYTES]).decode("ascii")
             out.append({"type": "response.output_audio.delta", **_ids(resp, item), "delta": piece})
-    if ev.text_delta:
+    if text_delta:
         kind = "response.output_audio_transcript.delta" if audio_mode else "response.output_text.delta"
-        out.append({"type": kind, **_ids(resp, item), "delta": ev.text_delta})
+        out.append({"type": kind, **_ids(resp, item), "delta": text_delta})
     return out
 
 

@@ -20,7 +20,7 @@ from duplex_es.events import AudioAppended, OverlapDecided, ResponseDone, UnitOu
 from duplex_es.replay import replay
 from duplex_es.store import Database, EventLog
 
-from clients_support import FRAME_BYTES, silence, speech
+from clients_support import FRAME_BYTES, events_of, silence, speech
 from servers import running
 from wsclient import WsClient
 
@@ -45,14 +45,6 @@ def stream(c: WsClient, pcm: bytes, stop: threading.Event | None = None) -> int:
         n += 1
         time.sleep(max(0.0, start + n * 0.020 - time.monotonic()))
     return n
-
-
-def events_of(url: str, session_id: str) -> list:
-    log = EventLog(Database(url))
-    try:
-        return [r.event for r in log.read_session(session_id)]
-    finally:
-        log.db.dispose()
 
 
 def test_the_model_answers_by_itself_streams_the_users_words_and_barge_in_cancels_its_turn(stack):
