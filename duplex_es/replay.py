@@ -125,7 +125,7 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _call_chunk(ev: TickOutput, arguments: Optional[str]) -> str:
+def _call_chunk(ev: TickOutput | UnitOutput, arguments: Optional[str]) -> str:
     c = ev.function_call
     assert c is not None
     shown = f" function_call {c.name} {c.call_id} args+={_clip(c.arguments_delta, 40)!r}"
@@ -203,10 +203,17 @@ def summarize(ev: Event, *, call_arguments: Optional[str] = None) -> str:
     if isinstance(ev, TickFailed):
         return f"request={ev.request_id} chunk={ev.chunk_index} {ev.code}: {ev.message[:60]}"
     if isinstance(ev, UnitIssued):
-        heard = f"appends={_seq_span(ev.applied_event_ids)}" if ev.applied_event_ids else f"silence={ev.silence_ms} ms"
-        return f"unit={ev.chunk_index} request={ev.request_id} epoch={ev.epoch} {heard}" + (f" turn={ev.response_id}" if ev.response_id else "")
+        heard = f"appends={_seq_span(ev.applied_event_ids)}" if ev.applied_event_ids else f"silence={ev.silence_ms} ms" if ev.silence_ms else "no audio"
+        read = f" items={[e.item_id for e in ev.items]}" if ev.items else ""
+        return (
+            f"unit={ev.chunk_index} request={ev.request_id} epoch={ev.epoch} {heard}{read}"
+            + (" turn_requested" if ev.turn_requested else "")
+            + (f" turn={ev.response_id}" if ev.response_id else "")
+        )
     if isinstance(ev, UnitOutput):
-        if ev.audio or ev.text_delta:
+        if ev.function_call is not None:
+            what = _call_chunk(ev, call_arguments).strip() + (" end_of_turn" if ev.end_of_turn else "")
+        elif ev.audio or ev.text_delta:
             what = f"speak audio={len(ev.audio) * 3 // 4} bytes text={ev.text_delta[:30]!r}" + (" end_of_turn" if ev.end_of_turn else "")
         else:
             what = f"listen ({ev.listen_reason})"
@@ -310,7 +317,7 @@ def replay(log: EventLog, session_id: str, *, at: Optional[int] = None) -> Repla
         verdict = verdict_of(state, ev)
         state = evolve(state, r.seq, ev)
         whole = None
-        if isinstance(ev, TickOutput) and ev.function_call is not None:
+        if isinstance(ev, (TickOutput, UnitOutput)) and ev.function_call is not None:
             whole = arguments.get(ev.function_call.call_id, "") + ev.function_call.arguments_delta
             if verdict == "accepted" and ev.function_call.done:
                 arguments.pop(ev.function_call.call_id, None)  # complete: nothing more may extend it

@@ -25,7 +25,7 @@ from duplex_es.domain.errors import Code
 from duplex_es.domain.replace import replace
 from duplex_es.domain.rules import open_output_item, put_item, reject
 from duplex_es.domain.state import Call, Item, Response, SessionState
-from duplex_es.events import Event, HistoryEntry, ItemCreated, TickOutput
+from duplex_es.events import Event, FunctionCallChunk, HistoryEntry, ItemCreated, TickOutput
 
 __all__ = [
     "MAX_ARGUMENTS_CHARS",
@@ -34,7 +34,8 @@ __all__ = [
     "chunk_problem",
     "apply_chunk",
     "end_calls",
-    "function_history_entry",
+    "history_entry",
+    "call_problem",
     "function_names",
 ]
 
@@ -141,27 +142,33 @@ def _untouched(resp: Response) -> bool:
 
 
 def chunk_problem(state: SessionState, ev: TickOutput) -> Optional[str]:
-    """Why an accepted-looking output breaks the function-calling rules, or ``None``: a chunk
+    """Why an accepted-looking tick output breaks the function-calling rules, or ``None``
+    (:func:`call_problem` on its response)."""
+    resp = state.responses[ev.response_id]
+    return call_problem(state, resp, ev.function_call, bool(ev.audio or ev.text_delta or ev.marks), ev.new_item_id)
+
+
+def call_problem(state: SessionState, resp: Response, fc: Optional[FunctionCallChunk], content: bool, new_item_id: Optional[str]) -> Optional[str]:
+    """Why an output of ``resp`` — a call chunk ``fc``, or ``content`` (audio, text or marks),
+    opening item ``new_item_id`` or not — breaks the function-calling rules, or ``None``: a chunk
     carries a call or audio and text, not both; a new call opens an item (the response's
     untouched first one, or ``new_item_id``) after the previous call is done, with a call_id new
     to the session and a function among the response's tools that its ``tool_choice`` and
     ``parallel_tool_calls`` allow; a call's chunks keep its name, nothing follows its ``done``,
     and its arguments are a JSON object's text (at most :data:`MAX_ARGUMENTS_CHARS`) when done;
     audio or text after a call needs a new item."""
-    resp = state.responses[ev.response_id]
     item = state.items.get(resp.item_id)
-    fc = ev.function_call
     if fc is None:
-        if item is not None and item.type == "function_call" and ev.new_item_id is None and (ev.audio or ev.text_delta):
+        if item is not None and item.type == "function_call" and new_item_id is None and content:
             return f"audio or text after function call {item.call_id} needs a new item (new_item)"
-        if item is not None and item.type == "function_call" and not item.complete and ev.new_item_id is not None:
+        if item is not None and item.type == "function_call" and not item.complete and new_item_id is not None:
             return f"function call {item.call_id} must be done before another item starts"
         return None
-    if ev.audio or ev.text_delta or ev.marks:
+    if content:
         return f"an output carries a function call or audio and text, not both (call {fc.call_id[:64]})"
     if not 0 < len(fc.call_id) <= 128:
         return f"a call_id must be 1-128 characters; got {len(fc.call_id)}"
-    opening = ev.new_item_id is not None or (_untouched(resp) and item is not None and item.type == "message")
+    opening = new_item_id is not None or (_untouched(resp) and item is not None and item.type == "message")
     if opening:
         if item is not None and item.type == "function_call" and not item.complete:
             return f"function call {item.call_id} must be done before call {fc.call_id[:64]} starts"
@@ -199,14 +206,13 @@ def chunk_problem(state: SessionState, ev: TickOutput) -> Optional[str]:
     return None
 
 
-def apply_chunk(state: SessionState, ev: TickOutput, resp: Response) -> tuple[SessionState, Response, Item]:
-    """Fold an accepted function-call chunk (one :func:`chunk_problem` passed): open the call's
-    item or extend it, complete it when ``done``. Returns the state, the response (its items)
-    and the call's item."""
-    fc = ev.function_call
-    assert fc is not None
-    if ev.new_item_id is not None:
-        state, resp, item = open_output_item(state, resp, ev.new_item_id, "function_call")
+def apply_chunk(state: SessionState, resp: Response, fc: FunctionCallChunk, new_item_id: Optional[str]) -> tuple[SessionState, Response, Item]:
+    """Fold an accepted function-call chunk ``fc`` of ``resp`` (one :func:`call_problem`
+    passed): open the call's item (``new_item_id``, or the response's untouched first item) or
+    extend it, complete it when ``done``. Returns the state, the response (its items) and the
+    call's item."""
+    if new_item_id is not None:
+        state, resp, item = open_output_item(state, resp, new_item_id, "function_call")
     else:
         item = state.items[resp.item_id]
     if item.type != "function_call":
@@ -227,8 +233,13 @@ def end_calls(state: SessionState, resp: Response, status: str) -> SessionState:
     return replace(state, calls={**state.calls, **ended}) if ended else state
 
 
-def function_history_entry(item: Item) -> HistoryEntry:
-    """A function item as the engine sees it in the history."""
+def history_entry(item: Item) -> HistoryEntry:
+    """A conversation item as the engine sees it in the history: a message's words (an
+    assistant's what the user heard of it, a user's what was heard or typed), a call with its
+    arguments, an output with what the tool returned."""
+    if item.type == "message":
+        text = item.transcript if item.role == "assistant" else (item.transcript or item.input_text)
+        return HistoryEntry(item_id=item.id, role=item.role, text=text, audio_ms=item.audio_ms)
     if item.type == "function_call":
         return HistoryEntry(item_id=item.id, role="assistant", text="", type="function_call", call_id=item.call_id, name=item.name, arguments=item.arguments)
     return HistoryEntry(item_id=item.id, role="tool", text="", type="function_call_output", call_id=item.call_id, output=item.output)

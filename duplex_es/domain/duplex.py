@@ -19,9 +19,12 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+from duplex_es.domain.calls import apply_chunk, call_problem, history_entry
+from duplex_es.domain.commands import CreateResponse
+from duplex_es.domain.errors import Code
 from duplex_es.domain.playback import refresh_transcripts
 from duplex_es.domain.replace import replace
-from duplex_es.domain.rules import grow_item, put_item, put_response
+from duplex_es.domain.rules import grow_item, open_output_item, put_item, put_response, reject
 from duplex_es.domain.state import Item, Response, SessionState
 from duplex_es.domain.ticks import Verdict, judge_echo
 from duplex_es.events import (
@@ -30,6 +33,7 @@ from duplex_es.events import (
     OverlapDecided,
     SpeechInputs,
     TickIdentity,
+    TurnRequested,
     UnitFailed,
     UnitIssued,
     UnitOutput,
@@ -54,6 +58,9 @@ __all__ = [
     "evolve_unit_failed",
     "evolve_overlap_decided",
     "add_pending",
+    "queue_item",
+    "request_turn",
+    "evolve_turn_requested",
 ]
 
 #: ``duplex.mode`` values: a response per turn, or the model listening all the time.
@@ -121,6 +128,9 @@ def unit_due(state: SessionState, request_id: Optional[str], *, epoch: Optional[
     * at least one chunk period of input waits: a unit of the oldest waiting appends that make
       one period (whole appends) — so a session's units are the same whatever the timing, and a
       replay or a take-over after a crash hears the same units;
+    * else, at once, when the client is waiting for the model: it created conversation items
+      (a tool's output) or asked for the model's turn (``response.create``) — with what audio
+      waits, if any;
     * else, while the engine is mid-turn (:func:`wants_silence`) and no input waits, a *silence
       unit* of one chunk period of quiet, one period after the last unit (``now_ms``, the
       host's clock); input that waits short of a period (a client that stopped mid-period) goes
@@ -138,7 +148,7 @@ def unit_due(state: SessionState, request_id: Optional[str], *, epoch: Optional[
         while got < period and take < MAX_UNIT_APPENDS:
             got += d.segments[take].samples
             take += 1
-    else:
+    elif not (d.items or d.turn_requested):
         waited = None if now_ms is None or d.last_unit_ms is None else now_ms - d.last_unit_ms
         wait = cfg.chunk_period_ms * (2 if d.pending else 1)
         if waited is None or waited < wait or not wants_silence(state):
@@ -154,8 +164,10 @@ def unit_due(state: SessionState, request_id: Optional[str], *, epoch: Optional[
             response_id=d.response_id,
             engine_state=d.engine_state,
             inputs=_inputs(state),
-            silence_ms=0 if d.pending else cfg.chunk_period_ms,
+            silence_ms=0 if d.pending or d.items or d.turn_requested else cfg.chunk_period_ms,
             issued_at_ms=now_ms,
+            items=tuple(history_entry(state.items[i]) for i in d.items if i in state.items),
+            turn_requested=d.turn_requested,
         )
     ]
 
@@ -240,8 +252,59 @@ def add_pending(state: SessionState, seq: int, samples: int, start_sample: int) 
     return replace(state, duplex=d)
 
 
+def queue_item(state: SessionState, item_id: str) -> SessionState:
+    """A client-created conversation item of a full-duplex session waits for the next unit
+    (the model reads it there); nothing for a turn-based session (its responses read the
+    conversation)."""
+    if not state.full_duplex:
+        return state
+    return replace(state, duplex=replace(state.duplex, items=state.duplex.items + (item_id,)))
+
+
+#: ``response.create`` settings a full-duplex turn request may repeat (with the session's
+#: value) but not change: the model takes its turn with the session's settings.
+_TURN_SETTINGS = ("output_modalities", "instructions", "voice", "output_format", "max_output_tokens", "tools", "tool_choice", "parallel_tool_calls", "temperature", "speed")
+
+
+def request_turn(state: SessionState, cmd: CreateResponse) -> list[Event]:
+    """``response.create`` (in the conversation) of a full-duplex session: a request for the
+    model's turn, carried by the next unit, which is issued at once (docs/duplex.md, "Function
+    calls and client items"). Refused with ``conversation_already_has_active_response`` while
+    the model's turn is open, and with ``full_duplex_response_options`` when it sets ``input``
+    or a setting to another value than the session's (``metadata`` is accepted and logged)."""
+    cfg = state.config
+    assert cfg is not None
+    turn = _open_turn_of(state)
+    if turn is not None:
+        return reject(
+            cmd,
+            Code.ACTIVE_RESPONSE,
+            f"Conversation already has an active response in progress: {turn.id}. "
+            "Wait until the response is finished before creating a new one.",
+        )
+    o = cmd.options
+    if o.input is not None:
+        return reject(cmd, Code.FULL_DUPLEX_RESPONSE_OPTIONS, "a full-duplex model hears the conversation itself: response.input is not taken here", "response.input")
+    for name in _TURN_SETTINGS:
+        value = getattr(o, name)
+        if value is not None and value != getattr(cfg, name):
+            return reject(
+                cmd,
+                Code.FULL_DUPLEX_RESPONSE_OPTIONS,
+                f"a full-duplex model takes its turn with the session's settings: response.{name} {str(value)[:64]} differs from the session's "
+                f"{str(getattr(cfg, name))[:64]} (set it with session.update)",
+                f"response.{name}",
+            )
+    return [TurnRequested(client_event_id=cmd.event_id)]
+
+
+def evolve_turn_requested(ev: TurnRequested, state: SessionState, seq: int) -> SessionState:
+    return replace(state, duplex=replace(state.duplex, turn_requested=True))
+
+
 def requeue(state: SessionState) -> SessionState:
-    """The unit in flight is cancelled: its appends wait again, before any that came since."""
+    """The unit in flight is cancelled: its appends wait again, before any that came since,
+    and so do the client items and the turn request it carried."""
     d = state.duplex
     if d.unit is None:
         return state
@@ -256,6 +319,10 @@ def requeue(state: SessionState) -> SessionState:
             pending_start=d.unit_start,
             unit_seqs=(),
             unit_segments=(),
+            items=d.unit_items + d.items,
+            unit_items=(),
+            turn_requested=d.turn_requested or d.unit_turn_requested,
+            unit_turn_requested=False,
         ),
     )
 
@@ -266,12 +333,52 @@ def requeue(state: SessionState) -> SessionState:
 def unit_verdict(state: SessionState, ev: UnitOutput | UnitFailed) -> Verdict:
     """Judge an engine's answer against the unit in flight (docs/architecture.md, I5, I7):
     discarded when no unit with its ``request_id`` is live (cancelled: ``stale_epoch``),
-    rejected when it does not echo the unit, accepted otherwise."""
+    rejected when it does not echo the unit (``identity_mismatch``) or its function call
+    breaks the rules (``invalid_function_call``, :func:`unit_call_problem`), accepted
+    otherwise."""
     d = state.duplex
     live = None
     if d.unit is not None:
         live = TickIdentity(session_id=state.session_id, request_id=d.unit, epoch=d.unit_epoch, chunk_index=d.next_unit - 1, applied_event_ids=d.unit_seqs)
-    return judge_echo(live, ev, epoch=state.epoch)
+    verdict = judge_echo(live, ev, epoch=state.epoch)
+    if verdict.accepted and isinstance(ev, UnitOutput) and unit_call_problem(state, ev) is not None:
+        return Verdict("rejected", "invalid_function_call")
+    return verdict
+
+
+def unit_new_item(state: SessionState, ev: UnitOutput) -> Optional[str]:
+    """The id of the item an answer opens in the model's open turn, or ``None`` (it opens the
+    turn, whose first item it fills, or adds to the turn's current item): a call other than
+    the current item's opens ``item_c<unit>``, audio or text after a call ``item_m<unit>`` —
+    derived from the unit, so every replay names them the same."""
+    d = state.duplex
+    resp = state.responses.get(d.response_id) if d.response_id else None
+    if resp is None:
+        return None
+    item = state.items.get(resp.item_id)
+    suffix = _suffix(ev.request_id)
+    fc = ev.function_call
+    if fc is not None:
+        continuing = item is not None and item.type == "function_call" and item.call_id == fc.call_id
+        return None if continuing else "item_c" + suffix
+    if (ev.audio or ev.text_delta) and item is not None and item.type == "function_call":
+        return "item_m" + suffix
+    return None
+
+
+def unit_call_problem(state: SessionState, ev: UnitOutput) -> Optional[str]:
+    """Why an answer breaks the function-calling rules (docs/protocol.md, "Function calling":
+    :func:`~duplex_es.domain.calls.call_problem` on the model's turn, the turn it would open
+    when none is open), or ``None``."""
+    content = bool(ev.audio or ev.text_delta or ev.marks)
+    if ev.function_call is None and not content:
+        return None
+    if state.duplex.response_id is None:
+        if ev.function_call is None:
+            return None  # opening the turn with speech: nothing to check
+        state = _open_turn(state, ev.request_id)
+    resp = state.responses[state.duplex.response_id]  # type: ignore[index]
+    return call_problem(state, resp, ev.function_call, content, unit_new_item(state, ev))
 
 
 # ---------------------------------------------------------------------------------- evolvers
@@ -296,7 +403,11 @@ def evolve_unit_issued(ev: UnitIssued, state: SessionState, seq: int) -> Session
         next_unit=ev.chunk_index + 1,
         turn_item_id=d.turn_item_id or "item_" + _suffix(ev.request_id),
         last_unit_ms=ev.issued_at_ms if ev.issued_at_ms is not None else d.last_unit_ms,
-        silent_units=d.silent_units + 1 if not ev.applied_event_ids else 0,
+        silent_units=d.silent_units + 1 if ev.silence_ms else 0,
+        unit_items=tuple(e.item_id for e in ev.items),
+        items=(),  # all of them went (a deleted one is not read)
+        unit_turn_requested=ev.turn_requested,
+        turn_requested=d.turn_requested and not ev.turn_requested,
     )
     return replace(state, duplex=d)
 
@@ -305,14 +416,19 @@ def evolve_unit_output(ev: UnitOutput, state: SessionState, seq: int) -> Session
     verdict = unit_verdict(state, ev)
     if verdict.kind == "discarded":
         return state
+    if verdict.reason == "invalid_function_call":
+        return _unit_failed(state, Code.INVALID_FUNCTION_CALL, unit_call_problem(state, ev) or "")
     if verdict.kind == "rejected":
         return _fail(state, "tick_identity_mismatch", "engine output does not echo its unit")
+    new_item = unit_new_item(state, ev)
     d = state.duplex
     d = replace(
         d,
         unit=None,
         unit_seqs=(),
         unit_segments=(),
+        unit_items=(),
+        unit_turn_requested=False,
         engine_state=ev.engine_state,
         continue_turn=ev.continue_turn,
         processed=d.processed + len(d.unit_seqs),
@@ -321,10 +437,10 @@ def evolve_unit_output(ev: UnitOutput, state: SessionState, seq: int) -> Session
         turn_transcript=d.turn_transcript + ev.user_transcript_delta,
     )
     state = replace(state, duplex=d)
-    if ev.audio or ev.text_delta:
+    if ev.audio or ev.text_delta or ev.function_call is not None:
         if d.response_id is None:
             state = _open_turn(state, ev.request_id)
-        state = _speak(state, ev, seq)
+        state = _speak(state, ev, seq, new_item)
     if ev.end_of_turn and state.duplex.response_id is not None:
         resp = state.responses[state.duplex.response_id]
         state = put_response(state, replace(resp, final_seen=True))
@@ -336,11 +452,15 @@ def evolve_unit_failed(ev: UnitFailed, state: SessionState, seq: int) -> Session
     verdict = unit_verdict(state, ev)
     if verdict.kind == "discarded":
         return state
+    return _unit_failed(state, ev.code, ev.message)
+
+
+def _unit_failed(state: SessionState, code: str, message: str) -> SessionState:
     d = state.duplex
-    # The failed unit answered its appends (the model will not hear them again: retrying a
-    # failing step would fail again); the open turn, if any, fails.
-    state = replace(state, duplex=replace(d, unit=None, unit_seqs=(), unit_segments=(), processed=d.processed + len(d.unit_seqs)))
-    return _fail(state, ev.code, ev.message)
+    # The failed unit answered its appends and items (the model will not hear them again:
+    # retrying a failing step would fail again); the open turn, if any, fails.
+    d = replace(d, unit=None, unit_seqs=(), unit_segments=(), processed=d.processed + len(d.unit_seqs), unit_items=(), unit_turn_requested=False)
+    return _fail(replace(state, duplex=d), code, message)
 
 
 def _fail(state: SessionState, code: str, message: str) -> SessionState:
@@ -393,6 +513,7 @@ def _open_turn(state: SessionState, request_id: str) -> SessionState:
         output_format=cfg.output_format,
         by_units=True,
         started_at_sample=state.input_clock,
+        inputs=_inputs(state),  # what the turn's function calls are checked against
     )
     item = Item(
         id=item_id,
@@ -407,9 +528,17 @@ def _open_turn(state: SessionState, request_id: str) -> SessionState:
     return replace(state, active_response_id=response_id, duplex=duplex, idle_since_sample=None)
 
 
-def _speak(state: SessionState, ev: UnitOutput, seq: int) -> SessionState:
-    """Add a unit's audio and text to the model's turn (as a tick output adds to a response)."""
+def _speak(state: SessionState, ev: UnitOutput, seq: int, new_item: Optional[str]) -> SessionState:
+    """Add a unit's audio and text, or its function call chunk, to the model's turn (as a tick
+    output adds to a response), in item ``new_item`` when it opens one."""
     resp = state.responses[state.duplex.response_id]  # type: ignore[index]
+    fc = ev.function_call
+    if fc is not None:
+        state, resp, _ = apply_chunk(state, resp, fc, new_item)
+        resp = replace(resp, usage=resp.usage if ev.usage is None else resp.usage + ev.usage, next_chunk=resp.next_chunk + 1)
+        return put_response(state, resp)
+    if new_item is not None:
+        state, resp, _ = open_output_item(state, resp, new_item, "output_audio" if "audio" in resp.output_modalities else "output_text")
     item, new_samples = grow_item(state.items[resp.item_id], seq, ev.audio, ev.text_delta, ev.marks, ev.end_of_turn)
     resp = replace(
         resp,

@@ -45,6 +45,7 @@ class Code:
     INSTRUCTIONS_TOO_LONG = "instructions_too_long"
     FULL_DUPLEX_UNSUPPORTED = "full_duplex_unsupported"  # duplex.mode full_duplex on a turn-based engine
     FULL_DUPLEX_NO_BUFFER = "full_duplex_no_input_buffer"  # commit / clear / input.cancel in a full-duplex session
+    FULL_DUPLEX_RESPONSE_OPTIONS = "full_duplex_response_options"  # response.create settings a full-duplex turn cannot take
     TURN_MODE_BUSY = "turn_mode_change_busy"  # duplex.mode changed while a response runs or input waits
     LOG_UNAVAILABLE = "log_unavailable"  # the log could not store the command: nothing applied, retry
 

@@ -20,7 +20,7 @@ __all__ = ["evolve", "fold", "new_state", "REDUCER_VERSION"]
 #: The version of the fold. Bump it whenever a change to the evolvers or the state classes would
 #: fold some existing log to a different state: snapshots taken by another version are then
 #: ignored and rebuilt from the log (issue 5, snapshots).
-REDUCER_VERSION = 5  # 5: function calls (items of type function_call / function_call_output, state.calls); 4: a response keeps the real cause of its end (status_error_code); 3: client settings, input transcription, idle timeout, usage (issue 10); 2: snapshots keep dict order
+REDUCER_VERSION = 6  # 6: full-duplex units carry client items and turn requests, and function calls (state.duplex.items); 5: function calls (items of type function_call / function_call_output, state.calls); 4: a response keeps the real cause of its end (status_error_code); 3: client settings, input transcription, idle timeout, usage (issue 10); 2: snapshots keep dict order
 
 
 def new_state() -> Any:

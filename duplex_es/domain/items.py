@@ -14,6 +14,7 @@ from __future__ import annotations
 from duplex_es.domain.calls import decide_function_item, evolve_function_item
 from duplex_es.domain.commands import ROOT, CreateItem, DeleteItem, RetrieveItem, TruncateItem
 from duplex_es.domain.content import content_problem, size_problem
+from duplex_es.domain.duplex import queue_item
 from duplex_es.domain.errors import Code
 from duplex_es.domain.playback import history_transcript, maybe_release, refresh_transcripts
 from duplex_es.domain.replace import replace
@@ -136,6 +137,11 @@ def decide_truncate_item(cmd: TruncateItem, state: SessionState) -> list[Event]:
 
 
 def evolve_item_created(ev: ItemCreated, state: SessionState, seq: int) -> SessionState:
+    # A full-duplex model reads the client's items in its next unit (docs/duplex.md).
+    return queue_item(_item_created(ev, state, seq), ev.item_id)
+
+
+def _item_created(ev: ItemCreated, state: SessionState, seq: int) -> SessionState:
     if ev.type != "message":
         return evolve_function_item(ev, state, seq)
     text = "".join(p.text for p in ev.content)

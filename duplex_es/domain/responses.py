@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any, Optional, Union
 
 from duplex_es.audio import is_supported
-from duplex_es.domain.calls import apply_chunk, chunk_problem, end_calls, function_history_entry
+from duplex_es.domain.calls import apply_chunk, chunk_problem, end_calls, history_entry
 from duplex_es.domain.commands import BargeIn, CancelResponse, ClearOutputAudio, CreateResponse, Pump, ResponseOptions
-from duplex_es.domain.duplex import requeue, unit_due
+from duplex_es.domain.duplex import request_turn, requeue, unit_due
 from duplex_es.domain.content import content_problem, size_problem, tool_choice_problem
 from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_INSTRUCTIONS_CHARS, MAX_OUT_OF_BAND_RESPONSES, VOICES
@@ -95,13 +95,6 @@ def retire_frozen(state: SessionState) -> SessionState:
     )
 
 
-def _history_entry(item: Item) -> HistoryEntry:
-    if item.type != "message":
-        return function_history_entry(item)
-    text = item.transcript if item.role == "assistant" else (item.transcript or item.input_text)
-    return HistoryEntry(item_id=item.id, role=item.role, text=text, audio_ms=item.audio_ms)
-
-
 def speech_inputs(state: SessionState, o: ResponseOptions, **fields: Any) -> SpeechInputs:
     """What the engine reads for a new response: the newest user item and the conversation as
     heard so far (assistant items hold only their heard prefix) — or, when the response has its
@@ -111,7 +104,7 @@ def speech_inputs(state: SessionState, o: ResponseOptions, **fields: Any) -> Spe
     assert cfg is not None
     if o.input is None:
         user = state.last_user_item()
-        history = tuple(_history_entry(state.items[x]) for x in state.item_order)
+        history = tuple(history_entry(state.items[x]) for x in state.item_order)
         reply_to, user_audio, user_text = (user.id, user.audio, user.input_text) if user else (None, (), "")
     else:
         entries: list[HistoryEntry] = []
@@ -121,7 +114,7 @@ def speech_inputs(state: SessionState, o: ResponseOptions, **fields: Any) -> Spe
         for entry in o.input:
             if entry.item_id is not None:
                 item = state.items[entry.item_id]
-                entries.append(_history_entry(item))
+                entries.append(history_entry(item))
                 if item.role == "user":
                     reply_to, user_audio, user_text = item.id, item.audio, item.input_text
                 continue
@@ -285,6 +278,8 @@ def start_response(state: SessionState, cmd: CreateResponse) -> list[Event]:
 
 
 def decide_create_response(cmd: CreateResponse, state: SessionState) -> list[Event]:
+    if state.full_duplex and cmd.options.conversation == "auto":
+        return request_turn(state, cmd)  # the model takes its turn itself (docs/duplex.md)
     return start_response(state, cmd)
 
 
@@ -520,7 +515,7 @@ def evolve_tick_output(ev: TickOutput, state: SessionState, seq: int) -> Session
         if user is not None and user.role == "user" and user.transcription is None:
             state = put_item(state, replace(user, transcript=t.transcript, transcription="heard"))
     if ev.function_call is not None:
-        state, resp, _ = apply_chunk(state, ev, resp)
+        state, resp, _ = apply_chunk(state, resp, ev.function_call, ev.new_item_id)
         return put_response(replace(state, ticks=ticks), _advanced(resp, ev))
     if ev.new_item_id is not None:
         content_type = "output_audio" if "audio" in resp.output_modalities else "output_text"

@@ -41,6 +41,7 @@ from duplex_es.domain.state import SessionState
 from duplex_es.events import (
     MODEL_FEEDING,
     EpochAdvanced,
+    FunctionCallChunk,
     Event,
     ItemCreated,
     ResponseCreated,
@@ -118,7 +119,7 @@ def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: E
             if isinstance(ev, TickOutput) and verdict.accepted:
                 committed.add(ev.request_id)
                 if ev.function_call is not None:
-                    bad.extend(calls.chunk(seq, ev))
+                    bad.extend(calls.chunk(seq, ev.function_call, ev.response_id))
                 if ev.response_id in done:
                     bad.append(Violation("responses", seq, f"accepted output after response.done of {ev.response_id}"))
         elif isinstance(ev, EpochAdvanced):
@@ -168,6 +169,7 @@ def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: E
         elif isinstance(ev, SessionClosed):
             closed = True
         known = state.responses.keys() if isinstance(ev, UnitOutput) else ()
+        unit_call = isinstance(ev, UnitOutput) and ev.function_call is not None and unit_verdict(state, ev).accepted
         try:
             state = evolve(state, seq, ev)
         except Exception as exc:  # a forged event the reducer cannot take: report it, audit on
@@ -175,6 +177,8 @@ def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: E
         if isinstance(ev, UnitOutput):
             for rid in state.responses.keys() - set(known):  # a full-duplex model opened its turn
                 created[rid] = seq
+            if unit_call and state.active_response_id is not None:  # the model's turn made a call
+                bad.extend(calls.chunk(seq, ev.function_call, state.active_response_id))  # type: ignore[arg-type]
 
     for rid, (seq, t) in ticks.items():
         if t.applied_event_ids and rid not in committed and rid not in cancelled and closed:
@@ -230,15 +234,14 @@ class _ToolCalls:
     calls: dict[str, _Call] = attrs.Factory(dict)
     ended: dict[str, str] = attrs.Factory(dict)  # response_id -> status of its response.done
 
-    def chunk(self, seq: int, ev: TickOutput) -> list[Violation]:
-        """An accepted output's ``function_call`` chunk: it opens a new call or extends its own."""
-        c = ev.function_call
-        assert c is not None
+    def chunk(self, seq: int, c: FunctionCallChunk, response_id: str) -> list[Violation]:
+        """An accepted output's ``function_call`` chunk ``c`` in response ``response_id`` (a
+        tick's, or a full-duplex model's turn): it opens a new call or extends its own."""
         call = self.calls.get(c.call_id)
         if call is None:
-            call = self.calls[c.call_id] = _Call(seq, c.name, ev.response_id)
-        elif call.response_id != ev.response_id:
-            return [Violation("tool_calls", seq, f"call {c.call_id} made twice: by {_maker(call)} and by response {ev.response_id}")]
+            call = self.calls[c.call_id] = _Call(seq, c.name, response_id)
+        elif call.response_id != response_id:
+            return [Violation("tool_calls", seq, f"call {c.call_id} made twice: by {_maker(call)} and by response {response_id}")]
         elif call.done_seq is not None:
             return [Violation("tool_calls", seq, f"call {c.call_id} extended after its done chunk at seq {call.done_seq}")]
         elif c.name != call.name:

@@ -314,6 +314,10 @@ class DuplexState:
     ``continue_turn`` whether the engine's last answer asked to be stepped on without input.
     ``overlap_item`` is the last speech (server VAD's item id) the overlap policy decided on;
     while ``drop_item`` speaks, appends are ``muted``: applied by their units, not heard.
+    ``items`` are the client-created conversation items waiting for the next unit (ids, in
+    order; ``unit_items`` those of the unit in flight), ``turn_requested`` whether the client
+    asked for the model's turn since the last unit (``unit_turn_requested``: the unit in
+    flight carries the request).
     """
 
     pending: tuple[int, ...] = ()
@@ -338,6 +342,10 @@ class DuplexState:
     overlap_item: Optional[str] = None
     drop_item: Optional[str] = None
     muted: tuple[int, ...] = ()
+    items: tuple[str, ...] = ()
+    unit_items: tuple[str, ...] = ()
+    turn_requested: bool = False
+    unit_turn_requested: bool = False
 
 
 @attrs.frozen(kw_only=True)

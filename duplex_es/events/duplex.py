@@ -18,10 +18,10 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from duplex_es.events.base import Event, event
-from duplex_es.events.catalogue import AudioSegment, Mark, SpeechInputs, TokenUsage
+from duplex_es.events.catalogue import AudioSegment, FunctionCallChunk, HistoryEntry, Mark, SpeechInputs, TokenUsage
 from duplex_es.events.ticks import TickAnswer, TickRequest
 
-__all__ = ["UnitIssued", "UnitOutput", "UnitFailed", "OverlapDecided"]
+__all__ = ["UnitIssued", "UnitOutput", "UnitFailed", "OverlapDecided", "TurnRequested"]
 
 
 @event("duplex.unit.issued")
@@ -40,6 +40,10 @@ class UnitIssued(TickRequest):
     issued on the audio clock's pace when no input came while the engine is mid-turn
     (docs/duplex.md, "Silence units"). ``issued_at_ms`` is the host's clock when it was issued
     (Unix ms; ``None`` when none was given), which paces silence units.
+    ``items`` are the conversation items the client created since the previous unit (a typed
+    message, a ``function_call_output``), as the model reads them, in conversation order: each
+    reaches the model in exactly one committed unit. ``turn_requested``: the client asked for
+    the model's turn (``response.create``); the engine decides whether it speaks.
     """
 
     request_id: str
@@ -53,6 +57,8 @@ class UnitIssued(TickRequest):
     inputs: SpeechInputs = SpeechInputs()
     silence_ms: int = 0
     issued_at_ms: Optional[int] = None
+    items: tuple[HistoryEntry, ...] = ()
+    turn_requested: bool = False
     kind: str = "duplex"
 
     def failed(self, session_id: str, code: str, message: str) -> "UnitFailed":
@@ -83,6 +89,10 @@ class UnitOutput(TickAnswer):
     ``continue_turn``: the engine is judging the end of the user's turn and wants to hear the
     quiet that follows even if no input comes (silence units; its own open turn always gets
     them).
+    ``function_call``: a chunk of a function call instead of audio and text (the rules of
+    docs/protocol.md, "Function calling": a call opens an item of the model's turn — the turn
+    itself when none is open — streams its arguments and is ``done`` before anything follows;
+    the ids of the items it opens derive from the unit, so every replay names them the same).
     """
 
     session_id: str
@@ -100,6 +110,7 @@ class UnitOutput(TickAnswer):
     engine: str = ""
     usage: Optional[TokenUsage] = None
     continue_turn: bool = False
+    function_call: Optional[FunctionCallChunk] = None
 
 
 @event("duplex.unit.failed")
@@ -133,3 +144,13 @@ class OverlapDecided(Event):
     response_id: str
     audio_start_ms: int
     item_id: Optional[str] = None
+
+
+@event("duplex.turn.requested")
+class TurnRequested(Event):
+    """The client asked a full-duplex model for its turn (``response.create`` in a
+    ``full_duplex`` session, e.g. after sending a tool's output): the next unit carries the
+    request at once and the model decides whether and what it says (docs/duplex.md, "Function
+    calls and client items")."""
+
+    client_event_id: Optional[str] = None

@@ -5,7 +5,8 @@ what GA has no name for: ``response.listen``, ``response.speak``, ``overlap.deci
 A unit's output is projected in this order: what the engine heard of the user
 (``conversation.item.input_audio_transcription.delta``); if the model starts to speak, the user
 item it answers and its response (``response.created``, ``response.speak`` once, the output
-item's opening); its audio and transcript deltas, or ``response.listen`` with the reason; and
+item's opening); its audio and transcript deltas or function call arguments (an item it opens
+shown first, the one before closed), or ``response.listen`` with the reason; and
 last, one ``input_audio_buffer.processed`` per append the unit applied, in input order — after
 the output those appends caused. The vLLM-Omni events (``response.speak``, ``response.listen``,
 ``overlap.decision``, ``input_audio_buffer.processed``) go out only to a session that asked for
@@ -17,15 +18,16 @@ from __future__ import annotations
 from typing import Any
 
 from duplex_es.domain.audio import ms_of
-from duplex_es.domain.duplex import unit_verdict
+from duplex_es.domain.duplex import unit_call_problem, unit_new_item, unit_verdict
+from duplex_es.domain.errors import Code
 from duplex_es.domain.state import SessionState
 from duplex_es.events import OverlapDecided, UnitFailed, UnitOutput
-from duplex_es.protocol.outbound import Ctx, Projection, _opening, _response_json, item_json, output_deltas
+from duplex_es.protocol.outbound import Ctx, Projection, _response_json, chunk_events, item_json
 
 __all__ = ["PROJECTIONS", "SILENT_EVENT_TYPES"]
 
 #: Units are between the session and its workers.
-SILENT_EVENT_TYPES = frozenset({"duplex.unit.issued"})
+SILENT_EVENT_TYPES = frozenset({"duplex.unit.issued", "duplex.turn.requested"})
 
 
 def _extensions(state: SessionState) -> bool:
@@ -57,14 +59,20 @@ def _processed(before: SessionState, seqs: tuple[int, ...], decision: str, reaso
 
 def project_unit_output(ev: UnitOutput, ctx: Ctx) -> list[dict[str, Any]]:
     before, after = ctx.before, ctx.after
-    if not unit_verdict(before, ev).accepted:
+    verdict = unit_verdict(before, ev)
+    if verdict.reason == "invalid_function_call" and before.duplex.response_id is None:
+        # The model broke the calling rules taking its turn: no turn opens, the client is told
+        # (in an open turn, the turn's failed response.done tells it).
+        error = {"type": "server_error", "code": Code.INVALID_FUNCTION_CALL, "message": unit_call_problem(before, ev) or "", "param": None, "event_id": None}
+        return [{"type": "error", "error": error}]
+    if not verdict.accepted:
         return []  # a cancelled unit's answer is logged, never sent (docs/architecture.md, I7)
     out: list[dict[str, Any]] = []
     if ev.user_transcript_delta and before.duplex.turn_item_id:
         out.append(
             {"type": "conversation.item.input_audio_transcription.delta", "item_id": before.duplex.turn_item_id, "content_index": 0, "delta": ev.user_transcript_delta}
         )
-    speaks = bool(ev.audio or ev.text_delta)
+    speaks = bool(ev.audio or ev.text_delta) or ev.function_call is not None
     opened = speaks and before.duplex.response_id is None
     resp = after.responses.get(after.active_response_id or "") if speaks else None
     if opened and resp is not None:
@@ -87,9 +95,8 @@ def project_unit_output(ev: UnitOutput, ctx: Ctx) -> list[dict[str, Any]]:
         out.append({"type": "response.created", "response": _response_json(after, resp)})
         if _extensions(after):
             out.append({"type": "response.speak", "response_id": resp.id})
-        out += _opening(after, resp, after.items[resp.item_ids[0]])
     if speaks and resp is not None:
-        out += output_deltas(resp, after.items[resp.item_id], ev.audio, ev.text_delta)
+        out += chunk_events(after, resp, opened, unit_new_item(before, ev), ev.function_call, ev.audio, ev.text_delta)
     if not _extensions(after):
         return out
     if not speaks:

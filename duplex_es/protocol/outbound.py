@@ -28,6 +28,7 @@ from duplex_es.events import (
     AudioAppended,
     AudioFormat,
     CommandRejected,
+    FunctionCallChunk,
     HeartbeatReceived,
     InputCleared,
     InputCommitted,
@@ -69,6 +70,7 @@ __all__ = [
     "session_json",
     "item_json",
     "output_deltas",
+    "chunk_events",
     "usage_json",
     "turn_detection_json",
     "EXTENSION_EVENT_TYPES",
@@ -604,15 +606,26 @@ def project_tick_output(ev: TickOutput, ctx: Ctx) -> list[dict[str, Any]]:
                 "usage": {"type": "duration", "seconds": round(seconds, 3)},
             }
         )
+    first = ctx.before.responses[ev.response_id].next_chunk == 0
+    return out + chunk_events(after, resp, first, ev.new_item_id, ev.function_call, ev.audio, ev.text_delta)
+
+
+def chunk_events(
+    after: SessionState, resp: Response, first: bool, new_item_id: Optional[str], fc: Optional[FunctionCallChunk], audio_b64: str, text_delta: str
+) -> list[dict[str, Any]]:
+    """The wire events of one accepted engine output on ``resp`` (``after`` it was folded):
+    the first item shown with the ``first`` output; the previous item closed and the new one
+    shown when it opened ``new_item_id``; then the call's arguments (and its closing when
+    ``done``), or the audio and text deltas."""
+    out: list[dict[str, Any]] = []
     item = after.items[resp.item_id]
-    if ctx.before.responses[ev.response_id].next_chunk == 0:
+    if first:
         out += _opening(after, resp, after.items[resp.item_ids[0]])  # the first output shows the first item
-    if ev.new_item_id is not None:
+    if new_item_id is not None:
         previous = after.items[resp.item_ids[-2]]
         if previous.type != "function_call":  # a call was closed when it was done
             out += _closing(after, resp, previous)
         out += _opening(after, resp, item)
-    fc = ev.function_call
     if fc is not None:
         ids = {"response_id": resp.id, "item_id": item.id, "output_index": item.output_index, "call_id": fc.call_id}
         if fc.arguments_delta:
@@ -620,7 +633,7 @@ def project_tick_output(ev: TickOutput, ctx: Ctx) -> list[dict[str, Any]]:
         if fc.done:
             out += _call_closing(after, resp, item)
         return out
-    return out + output_deltas(resp, item, ev.audio, ev.text_delta)
+    return out + output_deltas(resp, item, audio_b64, text_delta)
 
 
 def output_deltas(resp: Response, item: Item, audio_b64: str, text_delta: str) -> list[dict[str, Any]]:

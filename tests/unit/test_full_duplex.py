@@ -303,3 +303,131 @@ def test_commit_clear_and_input_cancel_are_refused_in_a_full_duplex_session():
         (refused,) = h.run(cmd)
         assert refused.code == Code.FULL_DUPLEX_NO_BUFFER
     assert h.state.duplex.samples == 2400  # the waiting input is untouched
+
+
+# ------------------------------------------------------------------ function calls and client items
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def _call(call_id: str, delta: str, done: bool = False, name: str = "get_weather"):  # noqa: ANN202
+    from duplex_es.events import FunctionCallChunk
+
+    return FunctionCallChunk(call_id=call_id, name=name, arguments_delta=delta, done=done)
+
+
+def test_a_full_duplex_model_calls_a_tool_and_reads_the_clients_output_in_its_next_unit():
+    from duplex_es.domain import CreateItem, evolve
+    from duplex_es.domain.speech_audit import audit_speech
+
+    h = Duplex.start(tools=(WEATHER,))
+    h.append(200)
+    h.answer(listen_reason="user_speaking", user_transcript_delta="weather in Paris")
+    h.append(200)
+    mark = len(h.wire)
+    h.answer(function_call=_call("call_1", '{"city":'), user_transcript_delta="")
+    types = h.types()[mark:]
+    # The user's words became an item, the model's turn a response whose first item is the call.
+    assert types[:4] == ["conversation.item.added", "conversation.item.done", "conversation.item.input_audio_transcription.completed", "response.created"]
+    added = next(w for w in h.wire[mark:] if w["type"] == "response.output_item.added")
+    assert added["item"]["type"] == "function_call" and added["item"]["call_id"] == "call_1"
+    assert "response.function_call_arguments.delta" in types
+    h.clock += 200
+    h.pump()  # the turn is open: a silence unit keeps it going
+    mark = len(h.wire)
+    h.answer(function_call=_call("call_1", '"Paris"}', done=True), end_of_turn=True, continue_turn=True)
+    types = h.types()[mark:]
+    done = next(w for w in h.wire[mark:] if w["type"] == "response.function_call_arguments.done")
+    assert done["arguments"] == '{"city":"Paris"}' and done["name"] == "get_weather"
+    assert types.index("response.output_item.done") < types.index("response.done")
+    finished = next(w for w in h.wire[mark:] if w["type"] == "response.done")["response"]
+    assert finished["status"] == "completed" and [o["type"] for o in finished["output"]] == ["function_call"]
+    assert h.state.calls["call_1"].status == "completed"
+
+    # The client runs the tool and sends its output: the next unit carries it at once.
+    while h.state.duplex.unit is not None:
+        h.answer(listen_reason="waiting_for_tool", continue_turn=True)
+    out_id = nid("item")
+    h.run(CreateItem(item_id=out_id, role="tool", type="function_call_output", call_id="call_1", output='{"sky": "clear"}'))
+    h.pump()
+    unit = h.unit()
+    assert [(e.type, e.call_id, e.output) for e in unit.items] == [("function_call_output", "call_1", '{"sky": "clear"}')]
+    assert unit.silence_ms == 0 and not unit.applied_event_ids
+    mark = len(h.wire)
+    h.answer(audio=speech(200), text_delta="Get weather says: sky clear.", end_of_turn=True)
+    types = h.types()[mark:]
+    assert "conversation.item.added" not in types[: types.index("response.created")]  # no user speech to make an item of
+    assert h.state.duplex.items == () and h.state.duplex.unit_items == ()
+    assert audit_speech(h.state.session_id, h.log, evolve).violations == ()
+    assert h.refold() == h.state
+
+
+def test_speech_after_a_call_in_one_turn_opens_a_new_item_and_a_bad_call_fails_the_turn():
+    h = Duplex.start(tools=(WEATHER,))
+    h.append(200)
+    h.answer(function_call=_call("call_a", '{"city":"Oslo"}', done=True))
+    h.clock += 200
+    h.pump()
+    mark = len(h.wire)
+    h.answer(audio=speech(200), text_delta="Let me check.", end_of_turn=True)
+    types = h.types()[mark:]
+    assert types.index("response.output_item.added") < types.index("response.output_audio.delta")
+    done = next(w for w in h.wire[mark:] if w["type"] == "response.done")["response"]
+    assert [o["type"] for o in done["output"]] == ["function_call", "message"]
+
+    # A call of a function the session does not offer breaks the rules. Taking the turn with
+    # it: no turn opens, the client gets the error.
+    h.append(200)
+    mark = len(h.wire)
+    h.answer(function_call=_call("call_b", "{}", done=True, name="launch_rocket"))
+    (error,) = h.wire[mark:]
+    assert error["type"] == "error" and error["error"]["code"] == Code.INVALID_FUNCTION_CALL and "launch_rocket" in error["error"]["message"]
+    assert "call_b" not in h.state.calls and h.state.duplex.response_id is None
+    # In an open turn: the turn fails.
+    h.append(200)
+    h.answer(audio=speech(200), text_delta="Sure.")
+    h.clock += 200
+    h.pump()
+    h.answer(function_call=_call("call_c", "{}", done=True, name="launch_rocket"))
+    failed = [e for _, e in h.log if isinstance(e, ResponseDone)][-1]
+    assert failed.status == "failed" and failed.error_code == Code.INVALID_FUNCTION_CALL and "launch_rocket" in failed.error_message
+    h.append(200)
+    assert h.state.duplex.unit is not None  # the session goes on
+    assert h.refold() == h.state
+
+
+def test_response_create_in_a_full_duplex_session_requests_the_models_turn():
+    from duplex_es.domain import BargeIn, CreateItem, CreateResponse, ResponseOptions
+    from duplex_es.events import CommandRejected, ContentPart, TurnRequested
+
+    def create(**options) -> list:  # noqa: ANN003
+        return h.run(CreateResponse(response_id=nid("resp"), item_id=nid("item"), request_id=nid("req"), options=ResponseOptions(**options)))
+
+    h = Duplex.start()
+    (refusal,) = create(instructions="Be brief.")
+    assert isinstance(refusal, CommandRejected) and refusal.code == Code.FULL_DUPLEX_RESPONSE_OPTIONS and refusal.param == "response.instructions"
+    # The session's own settings may be repeated (pipecat sends its output modalities).
+    (asked,) = create(output_modalities=h.state.config.output_modalities)
+    assert isinstance(asked, TurnRequested)
+    h.run(CreateItem(item_id="item_typed", role="user", content=(ContentPart(type="input_text", text="Tell me a joke."),)))
+    h.pump()
+    unit = h.unit()
+    assert unit.turn_requested and [e.item_id for e in unit.items] == ["item_typed"] and unit.silence_ms == 0
+    # A unit cancelled before it is answered gives its items and the request back.
+    h.answer(audio=speech(200), text_delta="Why ")
+    h.pump()
+    (busy,) = create()
+    assert isinstance(busy, CommandRejected) and busy.code == Code.ACTIVE_RESPONSE  # the model's turn is open
+    h.run(CreateItem(item_id="item_more", role="user", content=(ContentPart(type="input_text", text="A short one."),)))
+    h.pump()
+    assert [e.item_id for e in h.unit().items] == ["item_more"]
+    h.run(BargeIn())
+    h.pump()
+    again = h.unit()
+    assert [e.item_id for e in again.items] == ["item_more"] and again.response_id is None
+    assert h.refold() == h.state

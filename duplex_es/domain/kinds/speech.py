@@ -52,6 +52,7 @@ from duplex_es.events import (
     TranscriptionRequested,
     TurnSignaled,
     OverlapDecided,
+    TurnRequested,
     UnitFailed,
     UnitIssued,
     UnitOutput,
@@ -104,6 +105,7 @@ EVOLVERS: dict[type, Evolver] = {
     UnitOutput: duplex.evolve_unit_output,
     UnitFailed: duplex.evolve_unit_failed,
     OverlapDecided: duplex.evolve_overlap_decided,
+    TurnRequested: duplex.evolve_turn_requested,
 }
 
 
