@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from duplex_es.events import FunctionCallChunk, ItemCreated, TickOutput
+from duplex_es.events import FunctionCallChunk, ItemCreated, TickOutput, UnitOutput
 from duplex_es.replay import replay
 from duplex_es.store import Database, EventLog
 from duplex_es.worker.speech.tts import Synthesizer
@@ -54,12 +54,12 @@ def the_story(url: str, session_id: str) -> dict[str, Any]:
     events = events_of(url, session_id)
     calls: dict[str, dict] = {}
     for e in events:
-        if isinstance(e, TickOutput) and e.function_call is not None:
+        if isinstance(e, (TickOutput, UnitOutput)) and e.function_call is not None:
             c: FunctionCallChunk = e.function_call
             entry = calls.setdefault(c.call_id, {"name": c.name, "arguments": ""})
             entry["arguments"] += c.arguments_delta
     outputs = {e.call_id: e.output for e in events if isinstance(e, ItemCreated) and e.type == "function_call_output"}
-    said = "".join(e.text_delta for e in events if isinstance(e, TickOutput))
+    said = "".join(e.text_delta for e in events if isinstance(e, (TickOutput, UnitOutput)))
     log = EventLog(Database(url))
     try:
         timeline = "\n".join(f"{r.type} {r.summary}" for r in replay(log, session_id).timeline)
@@ -90,7 +90,26 @@ def assert_clean(url: str, session_id: str, logged: list[str]) -> None:
 
 
 def test_an_agents_sdk_realtime_agent_calls_its_function_tool_when_asked_aloud(stack):
-    port, url = stack
+    agents_sdk_conversation(*stack)
+
+
+def test_a_full_duplex_model_calls_the_agents_sdks_function_tool_by_itself(tmp_path):
+    """The same agent against the full-duplex reference engine (docs/duplex.md, "Function
+    calls and client items"): nobody commits, the model calls the tool when the user's turn
+    ends, reads the output in its next unit and speaks it once the SDK asks for the turn."""
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    served = ("--model", "gpt-realtime-2.1=duplex-es-duplex", "--model", "*=duplex-es-echo")
+    with running(url, tmp_path, workers=1, server_args=served) as (port, _server, _workers):
+        session_id = agents_sdk_conversation(port, url)
+    events = events_of(url, session_id)
+    assert any(isinstance(e, UnitOutput) and e.function_call is not None for e in events)
+    assert not any(isinstance(e, TickOutput) for e in events)  # no turn-based response: the model took its turns
+
+
+def agents_sdk_conversation(port: int, url: str) -> str:
+    """The Agents SDK's ``RealtimeAgent`` with a ``get_weather`` tool, asked aloud: the tool runs
+    once for ``london`` and the answer after it is heard; the log tells it and audits clean.
+    Returns the session's id."""
     before = sessions_of(url)
     question = spoken(QUESTION) + silence(2.0)
 
@@ -137,6 +156,7 @@ def test_an_agents_sdk_realtime_agent_calls_its_function_tool_when_asked_aloud(s
     assert out["kinds"].index("tool_start") < out["kinds"].index("tool_end")
     assert_told(the_story(url, session_id), "london")
     assert_clean(url, session_id, net.records)
+    return session_id
 
 
 # ------------------------------------------------------------------------ openai SDK by hand

@@ -26,13 +26,15 @@ import math
 from collections import OrderedDict
 from typing import Any
 
+import attrs
 import numpy as np
 
 from duplex_es.audio import decode_to_pcm16, encode_from_pcm16
 from duplex_es.audio.pcm import bytes_per_sample
-from duplex_es.events import AudioSegment, Mark, SpeechInputs
+from duplex_es.events import AudioSegment, FunctionCallChunk, Mark, SpeechInputs
 from duplex_es.worker.engine import EngineError, UnitContext, UnitOutputs
-from duplex_es.worker.speech.engine import reply_text
+from duplex_es.worker.speech.engine import ARGUMENT_CHARS_PER_TICK, reply_text
+from duplex_es.worker.speech.tools import decide, output_sentence
 from duplex_es.worker.speech.tts import ESPEAK_VOICES
 
 __all__ = [
@@ -114,15 +116,15 @@ class FullDuplexEngine:
     # -------------------------------------------------------------------------------- state
 
     @staticmethod
-    def _fresh() -> dict[str, Any]:
-        return {"phase": "listening", "speech_ms": 0, "silence_ms": 0, "utterance": [], "heard": "", "partial_at_ms": 0}
+    def _fresh(**keep: Any) -> dict[str, Any]:
+        return {"phase": "listening", "speech_ms": 0, "silence_ms": 0, "utterance": [], "heard": "", "partial_at_ms": 0, **keep}
 
     def step(self, ctx: UnitContext) -> UnitOutputs:
-        """Hear one unit; listen, or speak the next chunk of the reply."""
+        """Hear one unit; listen, or speak (or call) the next chunk of its turn."""
         tick = ctx.tick
         inputs = tick.inputs
         state = dict(tick.engine_state) if tick.engine_state else self._fresh()
-        if state["phase"] == "speaking" and tick.response_id is None:
+        if state["phase"] != "listening" and tick.response_id is None:
             state = self._fresh()  # the user barged in: the turn is gone, listen again
         fmt = inputs.input_format
         raw = ctx.read_audio(tick.audio) if tick.audio else b""
@@ -130,6 +132,19 @@ class FullDuplexEngine:
         unit_ms = len(pcm) * 1000 // fmt.rate + tick.silence_ms  # a silence unit is quiet time
         if state["phase"] == "speaking":
             return self._speak(ctx, state)
+        if state["phase"] == "calling":
+            return self._call(ctx, state)
+        _read_items(tick, state)
+        if state.get("outputs") and not state.get("awaiting"):
+            # Every call was answered: say what the tools returned once the client asks for the
+            # turn (clients send response.create after a tool's output), or a unit later.
+            if tick.turn_requested or state.get("outputs_waited"):
+                text = " ".join(output_sentence(name, output) for name, output in state["outputs"])
+                return self._speak(ctx, self._fresh(phase="speaking", text=text, at_ms=0))
+            state["outputs_waited"] = True
+            return UnitOutputs(echo=ctx.identity, listen_reason="waiting_for_turn_request", engine_state=state, continue_turn=True)
+        if tick.turn_requested and not state["utterance"] and state.get("typed"):
+            return self._answer(ctx, "", state.pop("typed"), state)  # a typed message, and the client asks for the turn
         frames = _voiced_frames(pcm, fmt.rate) if len(pcm) else []
         voiced = sum(frames) * _FRAME_MS
         segments = [[s.seq, s.offset, s.samples] for s in tick.audio]
@@ -157,18 +172,48 @@ class FullDuplexEngine:
             return UnitOutputs(echo=ctx.identity, listen_reason="user_speaking", user_transcript_delta=delta, engine_state=state, continue_turn=True)
         words = (state["heard"] + delta).split()
         needed = END_SILENCE_MS * (2 if words and words[-1] in OPEN_ENDINGS else 1)
-        if state["silence_ms"] < needed and state["speech_ms"] < MAX_TURN_SPEECH_MS:
+        if state["silence_ms"] < needed and state["speech_ms"] < MAX_TURN_SPEECH_MS and not tick.turn_requested:
             reason = "user_speaking" if state["silence_ms"] < 200 else "waiting_for_end_of_turn"
             # Ask for the quiet that follows even if the client stops sending (silence units).
             return UnitOutputs(echo=ctx.identity, listen_reason=reason, user_transcript_delta=delta, engine_state=state, continue_turn=True)
-        # The user's turn ended: hear the whole utterance, then start the reply.
+        # The user's turn ended (or the client asked for the model's): hear the whole
+        # utterance, then answer.
         delta += self._heard_more(ctx, state, final=True)
-        state = {"phase": "speaking", "transcript": state["heard"], "at_ms": 0}
-        out = self._speak(ctx, state)
-        return UnitOutputs(
-            echo=out.echo, audio=out.audio, text_delta=out.text_delta, marks=out.marks, end_of_turn=out.end_of_turn,
-            user_transcript_delta=delta, engine_state=out.engine_state,
-        )
+        out = self._answer(ctx, state["heard"], state.get("typed", ""), state)
+        return attrs.evolve(out, user_transcript_delta=delta)
+
+    def _answer(self, ctx: UnitContext, heard: str, typed: str, state: dict[str, Any]) -> UnitOutputs:
+        """The first output of the model's turn answering ``heard`` and ``typed``: the agent's
+        rule (:mod:`duplex_es.worker.speech.tools`) — call the tools it names (then speak its
+        questions, if any), or echo."""
+        inputs = ctx.tick.inputs
+        plan = decide(heard, typed, inputs.tools, inputs.tool_choice, inputs.parallel_tool_calls) if inputs.tools else None
+        if plan is not None and plan.calls:
+            rid = ctx.tick.request_id.removeprefix("req_")
+            calls = [[f"call_{rid}_{n}", c.name, c.arguments] for n, c in enumerate(plan.calls)]
+            return self._call(ctx, {"phase": "calling", "calls": calls, "call": 0, "at": 0, "then": " ".join(plan.questions)})
+        text = " ".join(plan.questions) if plan is not None else reply_text(heard, typed)
+        return self._speak(ctx, self._fresh(phase="speaking", text=text, at_ms=0))
+
+    def _call(self, ctx: UnitContext, state: dict[str, Any]) -> UnitOutputs:
+        """The next :data:`~duplex_es.worker.speech.engine.ARGUMENT_CHARS_PER_TICK` characters
+        of the turn's current call; after the last call, its questions are spoken, or the turn
+        ends and the model waits for the tools' outputs (listening meanwhile)."""
+        call_id, name, arguments = state["calls"][state["call"]]
+        at = state["at"]
+        end = at + ARGUMENT_CHARS_PER_TICK
+        done = end >= len(arguments)
+        chunk = FunctionCallChunk(call_id=call_id, name=name, arguments_delta=arguments[at:end], done=done)
+        last = done and state["call"] + 1 == len(state["calls"])
+        if not done:
+            next_state = {**state, "at": end}
+        elif not last:
+            next_state = {**state, "call": state["call"] + 1, "at": 0}
+        elif state["then"]:
+            next_state = self._fresh(phase="speaking", text=state["then"], at_ms=0)
+        else:
+            next_state = self._fresh(awaiting={c[0]: c[1] for c in state["calls"]}, outputs=[])
+        return UnitOutputs(echo=ctx.identity, function_call=chunk, end_of_turn=last and not state["then"], engine_state=next_state)
 
     def _heard_more(self, ctx: UnitContext, state: dict[str, Any], *, final: bool = False) -> str:
         """Decode the utterance so far and report the words beyond those already reported. A
@@ -188,16 +233,15 @@ class FullDuplexEngine:
         state["heard"] = " ".join(reported + new)
         return (" " if reported else "") + " ".join(new)
 
-    def _reply(self, transcript: str, inputs: SpeechInputs) -> tuple[str, bytes, tuple[tuple[int, int], ...], int]:
-        """The reply to ``transcript``: its text, audio in the output format, word marks
+    def _reply(self, text: str, inputs: SpeechInputs) -> tuple[str, bytes, tuple[tuple[int, int], ...], int]:
+        """Speaking ``text``: the text, audio in the output format, word marks
         ``(char offset, ms)`` and length (ms) — computed once per worker, then cached."""
         fmt = inputs.output_format
-        key = (transcript, inputs.voice, inputs.speed, fmt.type, fmt.rate, tuple(inputs.output_modalities))
+        key = (text, inputs.voice, inputs.speed, fmt.type, fmt.rate, tuple(inputs.output_modalities))
         hit = self._replies.get(key)
         if hit is not None:
             self._replies.move_to_end(key)
             return hit
-        text = reply_text(transcript, "")
         if "audio" not in inputs.output_modalities:
             plan = (text, b"", (), 0)
         else:
@@ -216,7 +260,9 @@ class FullDuplexEngine:
         the unit's length when units are longer (so the reply keeps ahead of real time at any
         chunk period); the last ends the turn."""
         inputs = ctx.tick.inputs
-        text, audio, marks, duration = self._reply(state["transcript"], inputs)
+        # (A state logged before the reply's text was kept in it names the transcript it echoes.)
+        said = state["text"] if "text" in state else reply_text(state["transcript"], "")
+        text, audio, marks, duration = self._reply(said, inputs)
         tick = ctx.tick
         unit_ms = sum(seg.samples for seg in tick.audio) * 1000 // tick.inputs.input_format.rate + tick.silence_ms
         step = max(self.reply_chunk_ms, 2 * unit_ms)
@@ -245,3 +291,17 @@ def _chars_at(marks: tuple[tuple[int, int], ...], ms: int, length: int) -> int:
             return offset
     return length
 
+
+def _read_items(tick: Any, state: dict[str, Any]) -> None:
+    """Take in the client items the unit carries: outputs of the calls the model awaits (by
+    ``call_id``; others are not its own), and the user's typed words."""
+    awaiting = dict(state.get("awaiting") or {})
+    outputs = list(state.get("outputs") or [])
+    typed = [state["typed"]] if state.get("typed") else []
+    for entry in tick.items:
+        if entry.type == "function_call_output" and entry.call_id in awaiting:
+            outputs.append([awaiting.pop(entry.call_id), entry.output or ""])
+        elif entry.type == "message" and entry.role == "user" and entry.text:
+            typed.append(entry.text)
+    if tick.items:
+        state.update(awaiting=awaiting, outputs=outputs, typed=" ".join(typed))
