@@ -1,4 +1,5 @@
-"""Export: a session's log (or the whole log) as JSON Lines, every event in its current shape.
+"""Export: a session's log (or the whole log) as JSON Lines, every event in its current shape;
+and import: such a file appended to another log.
 
 Each line is one event with its log coordinates: ``position``, ``session_id``, ``seq``,
 ``recorded_at_us``, ``hash`` (of the stored row), ``type``, ``version`` (the current schema
@@ -8,12 +9,13 @@ version: older rows are upcast on the way out, as on every read path) and ``even
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, Optional, TextIO
+from typing import Any, Iterable, Iterator, Optional, TextIO
 
-from duplex_es.events import to_plain
+from duplex_es.errors import DuplexError
+from duplex_es.events import Event, decode_data, to_plain
 from duplex_es.store import EventLog, Recorded
 
-__all__ = ["export_lines", "write_jsonl"]
+__all__ = ["export_lines", "write_jsonl", "import_jsonl", "ImportFileError"]
 
 #: Events read from the global log per query when exporting everything.
 PAGE = 1000
@@ -58,3 +60,55 @@ def write_jsonl(log: EventLog, out: TextIO, session_id: Optional[str] = None) ->
         out.write(json.dumps(line, sort_keys=True, ensure_ascii=False) + "\n")
         n += 1
     return n
+
+
+class ImportFileError(DuplexError, ValueError):
+    """A JSON-lines file that cannot be imported: ``line`` (1-based) and what is wrong."""
+
+    def __init__(self, line: int, message: str) -> None:
+        self.line = line
+        super().__init__(f"line {line}: {message}")
+
+
+def import_jsonl(log: EventLog, lines: Iterable[str]) -> dict[str, int]:
+    """Append the events of an export (:func:`write_jsonl`'s lines) to ``log``, each session's
+    from its seq 1: the sessions must not exist in ``log``. Events that shared one append (the
+    same ``recorded_at_us`` in a row) are appended together again, so the batches a command
+    wrote stay recognisable (``replay --recheck`` needs them); the new rows get this log's
+    times and hash chain. Ticks are queued as on any append: a worker on ``log`` would claim the
+    ones the export left unanswered.
+
+    Returns:
+        session id → events appended, in the file's order.
+
+    Raises:
+        ImportFileError: a line is not an exported event, or a session's seqs are not 1, 2, ...
+        duplex_es.store.WrongExpectedSeq: a session already has events in ``log``.
+    """
+    counts: dict[str, int] = {}
+    run: list[Event] = []
+    run_key: Optional[tuple[str, int]] = None
+
+    def flush() -> None:
+        if run_key is not None and run:
+            log.append(run_key[0], list(run), expected_seq=counts[run_key[0]] - len(run))
+        run.clear()
+
+    for n, text in enumerate(lines, 1):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+            sid, seq, at = row["session_id"], row["seq"], row["recorded_at_us"]
+            ev = decode_data(row["type"], row["version"], row["event"])
+        except (ValueError, KeyError, TypeError, DuplexError) as exc:
+            raise ImportFileError(n, f"not an exported event: {exc}") from exc
+        if seq != counts.get(sid, 0) + 1:
+            raise ImportFileError(n, f"session {sid} goes from seq {counts.get(sid, 0)} to {seq}")
+        if (sid, at) != run_key:
+            flush()
+            run_key = (sid, at)
+        run.append(ev)
+        counts[sid] = seq
+    flush()
+    return counts

@@ -285,7 +285,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from duplex_es.replay import replay
 
     log = EventLog(_read_db(args))
-    session_id = _resolve_session(log, args.session_id)
+    if args.recheck:
+        return _recheck(args, log)
+    if len(args.session_id) != 1:
+        raise CliError("replay takes one session id (several, or none for all, only with --recheck)")
+    session_id = _resolve_session(log, args.session_id[0])
     head = log.head(session_id)
     if args.at is not None and not 1 <= args.at <= head:
         raise CliError(f"--at {args.at} is outside session {session_id}, whose events are 1..{head}")
@@ -307,6 +311,21 @@ def cmd_replay(args: argparse.Namespace) -> int:
     for epoch, chunk, engine in report.skipped:
         console.print(f"skipped epoch {epoch} chunk {chunk}: rendered by {engine}, not the reference engine", highlight=False)
     return 0 if report.ok else 1
+
+
+def _recheck(args: argparse.Namespace, log: EventLog) -> int:
+    """``replay --recheck``: re-decide the sessions' logged commands; 1 on any difference."""
+    from duplex_es.cli.render import print_recheck, recheck_json
+    from duplex_es.recheck import recheck_log
+
+    if args.at is not None or args.render is not None:
+        raise CliError("--recheck re-decides whole sessions: it takes neither --at nor --render")
+    results = recheck_log(log, [_resolve_session(log, s) for s in args.session_id])
+    if args.json:
+        print(json.dumps(recheck_json(results), indent=2))
+    else:
+        print_recheck(console, results)
+    return 0 if all(r.ok for r in results) else 1
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -389,6 +408,17 @@ def cmd_export(args: argparse.Namespace) -> int:
     with open(args.out, "w", encoding="utf-8") as out:
         n = write_jsonl(log, out, session_id)
     console.print(f"wrote {n} events to {args.out}", highlight=False)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from duplex_es.export import import_jsonl
+
+    log = EventLog(_open_db(args), keys=_chain_keys(args))
+    for path in args.files:
+        with open(path, encoding="utf-8") as f:
+            counts = import_jsonl(log, f)
+        console.print(f"{path}: {sum(counts.values())} events of {len(counts)} session(s): {', '.join(counts)}", highlight=False)
     return 0
 
 
@@ -547,7 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sessions)
 
     p = sub.add_parser("replay", parents=[common], help="rebuild a session from the log and show its timeline")
-    p.add_argument("session_id", help="session id (a unique prefix is enough)")
+    p.add_argument("session_id", nargs="*", help="session id (a unique prefix is enough); with --recheck any number (none: every session)")
     p.add_argument("--at", type=int, default=None, metavar="SEQ", help="stop after this seq")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument(
@@ -555,6 +585,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         default=None,
         help="world sessions: re-render every chunk from its tick into DIR and compare with the recorded frame hashes (exit 1 on a difference)",
+    )
+    p.add_argument(
+        "--recheck",
+        action="store_true",
+        help="re-decide every logged command with this code and report where it decides otherwise (exit 1 on a difference; docs/replay.md)",
     )
     p.set_defaults(func=cmd_replay)
 
@@ -587,6 +622,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("session_id", nargs="?", default=None, help="one session (default: the whole log, in position order)")
     p.add_argument("--out", default=None, metavar="FILE", help="write to FILE (default: standard output)")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("import", parents=[common, chain_key], help="append the sessions of JSON-lines exports to the log (e.g. to recheck them)")
+    p.add_argument("files", nargs="+", metavar="FILE", help="a file `duplex-es export` wrote; its sessions must not be in the log yet")
+    p.set_defaults(func=cmd_import)
 
     # demo, chaos, bench, loadgen and any other package's commands: found by entry point, so
     # the runtime imports none of them (duplex_es.cli.discovery).

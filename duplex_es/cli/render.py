@@ -14,9 +14,10 @@ from duplex_es.domain.rules import clip
 from duplex_es.domain import SessionState
 from duplex_es.domain.world import WorldState
 from duplex_es.events import to_plain
+from duplex_es.recheck import SessionRecheck
 from duplex_es.replay import Replay
 
-__all__ = ["print_replay", "replay_json", "print_audit", "audit_line", "audit_json", "print_tamper_notes", "state_lines"]
+__all__ = ["print_replay", "replay_json", "print_audit", "audit_line", "audit_json", "print_tamper_notes", "state_lines", "print_recheck", "recheck_json", "recheck_line"]
 
 _VERDICT_STYLE = {"accepted": "green", "decided": "cyan"}
 
@@ -157,3 +158,63 @@ def print_tamper_notes(console: Console, audits: Sequence[SessionAudit], keys: A
         console.print(f"[red]{escape(where)} \\[checkpoint][/] {escape(f.message)}", highlight=False)
     if not findings:
         console.print(f"checkpoints in {checkpoint}: the log holds everything they pinned", highlight=False)
+
+
+# ------------------------------------------------------------------------------------- recheck
+
+
+def recheck_line(r: SessionRecheck) -> str:
+    """One line per session: OK or the number of divergences, and what was covered."""
+    covered = f"{r.rechecked} batches re-decided, {r.answers} worker answers judged, {len(r.skipped)} not rechecked"
+    if r.ok:
+        return f"{r.session_id} ({r.kind}, {r.events} events): OK — {covered}"
+    return f"{r.session_id} ({r.kind}, {r.events} events): {len(r.divergences)} divergence(s) — {covered}"
+
+
+def print_recheck(console: Console, results: Sequence[SessionRecheck]) -> None:
+    """Each session's verdict; for a session decided otherwise, its first divergence in context
+    (the logged events around it, the batch marked ``>``, and what the current code decides)."""
+    for r in results:
+        style = "green" if r.ok else "red"
+        console.print(f"[{style}]{escape(recheck_line(r))}[/]", highlight=False)
+        for s in r.skipped:
+            console.print(f"  not rechecked: seq {s.seq} {s.type}: {escape(s.reason)}", highlight=False)
+        if r.ok:
+            continue
+        d = r.divergences[0]
+        console.print(f"  first divergence at seq {d.seq}: {escape(d.command)}", highlight=False)
+        for line in d.differences:
+            console.print(f"    [red]{escape(line)}[/]", highlight=False)
+        table = Table(title=f"{r.session_id}: the log around seq {d.seq} (> the batch re-decided)", title_justify="left")
+        for col in ("", "seq", "type", "verdict", "summary"):
+            table.add_column(col)
+        for row in d.context:
+            mark = ">" if row.seq in d.seqs else ""
+            table.add_row(mark, str(row.seq), row.type, row.verdict, escape(row.summary))
+        for row in d.decided:
+            table.add_row("now", "", row.type, row.verdict, escape(row.summary), style="magenta")
+        console.print(table)
+        if len(r.divergences) > 1:
+            later = ", ".join(f"seq {x.seq} ({x.command})" for x in r.divergences[1:6])
+            console.print(f"  later divergences: {escape(later)}{' ...' if len(r.divergences) > 6 else ''}", highlight=False)
+
+
+def recheck_json(results: Sequence[SessionRecheck]) -> dict[str, Any]:
+    """The recheck of each session as JSON: ``ok`` overall, and per session its counts, every
+    divergence (with its context) and every batch not rechecked."""
+    return {
+        "ok": all(r.ok for r in results),
+        "sessions": [
+            {
+                "session_id": r.session_id,
+                "kind": r.kind,
+                "ok": r.ok,
+                "events": r.events,
+                "rechecked": r.rechecked,
+                "answers": r.answers,
+                "divergences": [to_plain(d) for d in r.divergences],
+                "not_rechecked": [to_plain(s) for s in r.skipped],
+            }
+            for r in results
+        ],
+    }
