@@ -637,13 +637,15 @@ def _interaction(state: Any, batch: list[Event]) -> _Reconstruction:
     return _Rebuilt(Interact(event_id=ev.event_id, prompt=ev.prompt, controls=ev.controls), f"session.interaction [{ev.event_id}]")
 
 
-#: World refusals decided before the interaction's content is read.
-_WORLD_ORDER_CODES = frozenset({Code.SESSION_FAILED, Code.DUPLICATE_EVENT, Code.STALE_EVENT})
+#: World refusals decided on the interaction's id and the session alone (a full queue is checked
+#: after the content: an interaction refused for it had a prompt or controls).
+_WORLD_ORDER_CODES = frozenset({Code.SESSION_FAILED, Code.DUPLICATE_EVENT, Code.STALE_EVENT, Code.QUEUE_FULL})
 
 
 def _interaction_refused(state: Any, batch: list[Event]) -> _Reconstruction:
     ev: InteractionRejected = batch[0]  # type: ignore[assignment]
-    if ev.event_id is None or ev.code not in _WORLD_ORDER_CODES:
+    by_id = ev.code in _WORLD_ORDER_CODES or (ev.code == Code.INVALID_INTERACTION and ev.param == "event_id")
+    if ev.event_id is None or not by_id:
         return f"refused session.interaction ({ev.code}): the log keeps the refusal, not the interaction's prompt and controls"
     # Its id decides these refusals; the content it had is not logged (a stand-in prompt).
     return _Rebuilt(Interact(event_id=ev.event_id, prompt=""), f"session.interaction [{ev.event_id}]")

@@ -17,6 +17,8 @@ The sessions:
 * ``full_duplex``: speech streamed at real time into a full-duplex model, which answers by itself;
 * ``refusals``: bad input refused with its code (a frame that is not JSON, an empty commit,
   cancels with nothing to cancel) around a typed turn, item edits and session updates;
+* ``resumed``: a response cancelled while it runs, typed input dropped, the connection lost and
+  the session resumed with its token;
 * ``world``: a world session steered by interactions, a repeated interaction id refused, a
   reset, then closed.
 """
@@ -202,6 +204,25 @@ def refusals(base: str) -> str:
     return c.events[0]["session"]["id"]
 
 
+def resumed(base: str) -> str:
+    c = _speech_session(base)
+    session_id, token = c.events[0]["session"]["id"], c.events[0]["resume_token"]
+    c.send({"type": "response.create", "event_id": "talk"})
+    c.recv("response.created")
+    c.send({"type": "response.cancel", "event_id": "stop"})  # while it runs (or refused, had it ended)
+    c.recv("response.done")
+    c.send({"type": "input.text.append", "event_id": "typed", "text": "never mind"})
+    c.send({"type": "input.cancel", "event_id": "drop"})
+    c.recv("input_audio_buffer.cleared")
+    c.ws.close()  # the connection drops without session.close: the session waits for a resume
+    time.sleep(0.5)
+    back = _Client(f"{base}/v1/realtime?model=gpt-realtime")
+    back.send({"type": "session.resume", "event_id": "back", "session_id": session_id, "resume_token": token})
+    back.recv("session.resumed")
+    back.close()
+    return session_id
+
+
 def world(base: str) -> str:
     c = _Client(f"{base}/v1/world")
     c.send({"type": "session.start", "prompt": "green hills by the sea", "seed": 7, "width": 48, "height": 32, "fps": 8, "frames_per_chunk": 2, "max_chunks": 4, "pacing": "fast"})
@@ -228,6 +249,7 @@ SCRIPTS: dict[str, Callable[[str], str]] = {
     "function_call": function_call,
     "full_duplex": full_duplex,
     "refusals": refusals,
+    "resumed": resumed,
     "world": world,
 }
 

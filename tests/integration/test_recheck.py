@@ -35,7 +35,7 @@ def load(log: EventLog, name: str) -> str:
 
 def test_the_corpus_holds_small_speech_and_world_sessions():
     names = {p.stem for p in FILES}
-    assert {"spoken_turn", "barge_in", "function_call", "full_duplex", "refusals", "world"} <= names
+    assert {"spoken_turn", "barge_in", "function_call", "full_duplex", "refusals", "resumed", "world"} <= names
     assert sum(p.stat().st_size for p in FILES) < 2_000_000
 
 
@@ -49,13 +49,13 @@ def test_todays_code_decides_every_recorded_command_as_logged(sqlite_log: EventL
     assert result.rechecked > 3
 
 
-def test_the_command_line_rechecks_every_session_of_the_log(sqlite_url: str, capsys: pytest.CaptureFixture[str]):
-    assert main(["import", "--db", sqlite_url, *map(str, FILES)]) == 0
+def test_the_command_line_rechecks_every_session_of_the_log(db_url: str, capsys: pytest.CaptureFixture[str]):
+    assert main(["import", "--db", db_url, *map(str, FILES)]) == 0
     capsys.readouterr()
-    assert main(["replay", "--recheck", "--db", sqlite_url]) == 0
+    assert main(["replay", "--recheck", "--db", db_url]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len([line for line in lines if ": OK — " in line]) == len(FILES)
-    assert main(["replay", "--recheck", "--json", "--db", sqlite_url]) == 0
+    assert main(["replay", "--recheck", "--json", "--db", db_url]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and len(report["sessions"]) == len(FILES)
     assert {s["kind"] for s in report["sessions"]} == {"speech", "world"}
