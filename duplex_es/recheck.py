@@ -220,7 +220,7 @@ def recheck_records(session_id: str, records: Sequence[Recorded]) -> SessionRech
             if found is None:
                 fold_logged(rest[: len(decided)])  # type: ignore[arg-type]
                 i += len(decided)  # type: ignore[arg-type]
-                if i < len(batch):  # the log holds more in this transaction: rechecked as its own batch
+                if i < len(batch):  # worker answers committed in the same transaction
                     continue
                 break
             differences, decided_rows = found
@@ -243,8 +243,8 @@ def recheck_records(session_id: str, records: Sequence[Recorded]) -> SessionRech
 
 
 def _compare(state: Any, logged: Sequence[Recorded], decided: Union[list[Event], Exception]) -> Optional[tuple[tuple[str, ...], tuple[Row, ...]]]:
-    """``None`` when ``decided`` is the start of ``logged`` (a later command may share the
-    transaction: it is rechecked on its own), else the differences and the decided rows."""
+    """``None`` when ``decided`` is ``logged`` (or its start, followed by a worker's answer
+    committed in the same transaction), else the differences and the decided rows."""
     if isinstance(decided, Exception):
         text = f"{type(decided).__name__}: {decided}"
         return (f"seq {logged[0].seq}: the log has {logged[0].event.TYPE}; the current code raises {text}",), (Row(None, "exception", "raised", text),)
@@ -316,7 +316,10 @@ def _rebuild_at(state: Any, batch: list[Event], at: int) -> _Reconstruction:
     builder = _BUILDERS.get(type(batch[at]))
     if builder is None:
         return f"no command of this code opens a batch with {batch[at].TYPE}"
-    return builder(state, batch[at:])
+    try:
+        return builder(state, batch[at:])
+    except Exception as exc:  # a log this code cannot read back into a command: say so, go on
+        return f"the {batch[at].TYPE} cannot be read back into a command: {type(exc).__name__}: {exc}"
 
 
 def _label(command: Any, event_id: Any = None) -> str:
@@ -589,6 +592,13 @@ _PAYLOAD_FREE: dict[str, tuple[frozenset[str], Callable[[Any, CommandRejected], 
     "input_audio_buffer.clear": (frozenset({Code.FULL_DUPLEX_NO_BUFFER}), lambda state, ev: c.ClearInput(event_id=ev.client_event_id)),
     "input.cancel": (frozenset({Code.FULL_DUPLEX_NO_BUFFER}), lambda state, ev: c.CancelInput(event_id=ev.client_event_id)),
     "barge_in": (frozenset({Code.CANCEL_NOT_ACTIVE}), lambda state, ev: c.BargeIn(event_id=ev.client_event_id)),
+    # Refused before any setting but ``conversation`` is read, and only in the conversation.
+    "response.create": (
+        frozenset({Code.ACTIVE_RESPONSE, Code.TRANSCRIPTION_SESSION}),
+        lambda state, ev: c.CreateResponse(
+            event_id=ev.client_event_id, response_id=_placeholder(state, "resp"), item_id=_placeholder(state, "item"), request_id=_placeholder(state, "req")
+        ),
+    ),
     "session.heartbeat": (frozenset(), lambda state, ev: c.Heartbeat(event_id=ev.client_event_id)),
     "session.close": (frozenset(), lambda state, ev: c.CloseSession(event_id=ev.client_event_id)),
 }
@@ -603,6 +613,8 @@ _UNNAMED: dict[str, tuple[frozenset[str], Callable[[Any, CommandRejected], Any]]
 def _rejected(state: Any, batch: list[Event]) -> _Reconstruction:
     ev: CommandRejected = batch[0]  # type: ignore[assignment]
     what = ev.command_type or "a frame"
+    if isinstance(state, WorldState):
+        return f"refused {what} ({ev.code}) by the world protocol: the frame is not logged"
     if ev.excerpt is not None:
         return _reparsed(state, ev)
     table = dict(_PAYLOAD_FREE)
@@ -620,7 +632,7 @@ def _reparsed(state: Any, ev: CommandRejected) -> _Reconstruction:
     from duplex_es.protocol.inbound import parse_frame
 
     excerpt = ev.excerpt or ""
-    if len(excerpt) >= _EXCERPT_LIMIT or "\\x00" in excerpt or isinstance(state, WorldState):
+    if len(excerpt) >= _EXCERPT_LIMIT or "\\x00" in excerpt:
         return f"refused frame ({ev.code}): the log keeps only its first {len(excerpt)} characters"
     serial = iter(range(1_000_000))
     command = parse_frame(excerpt, lambda prefix: f"{prefix}_{_placeholder(state, 'parsed')}_{next(serial)}")
