@@ -281,9 +281,11 @@ class _Units:
     append is applied by exactly one committed unit, in log order — a unit applies appends
     logged before it, after everything earlier committed units applied; a cancelled unit's
     appends are applied by a later one. Only appends after the last committed unit may be
-    left over (the session ended or the model is still hearing them)."""
+    left over (the session ended or the model is still hearing them). A client item reaches
+    the model in at most one committed unit."""
 
     appends: list[int] = attrs.Factory(list)
+    read: dict[str, str] = attrs.Factory(dict)  # client item id -> the committed unit that carried it
     units: dict[str, tuple[int, UnitIssued]] = attrs.Factory(dict)
     applied: dict[int, str] = attrs.Factory(dict)  # append seq -> committed unit
     answers: dict[str, int] = attrs.Factory(dict)  # unit -> seq of its answer
@@ -318,6 +320,10 @@ class _Units:
             elif a < last:
                 bad.append(Violation("units", seq, f"append {a} applied after later append {last}"))
             self.applied[a] = ev.request_id
+        for entry in u.items:
+            if entry.item_id in self.read:
+                bad.append(Violation("units", seq, f"item {entry.item_id} reached the model twice: in {self.read[entry.item_id]} and {ev.request_id}"))
+            self.read[entry.item_id] = ev.request_id
         return bad
 
     def finish(self) -> list[Violation]:
