@@ -54,6 +54,7 @@ __all__ = [
     "evolve_unit_failed",
     "evolve_overlap_decided",
     "add_pending",
+    "unit_inputs",
 ]
 
 #: ``duplex.mode`` values: a response per turn, or the model listening all the time.
@@ -75,7 +76,8 @@ def _suffix(request_id: str) -> str:
     return request_id.removeprefix("req_")
 
 
-def _inputs(state: SessionState) -> SpeechInputs:
+def unit_inputs(state: SessionState) -> SpeechInputs:
+    """The session's settings a unit carries for its engine (formats, voice, instructions, tools)."""
     cfg = state.config
     assert cfg is not None
     return SpeechInputs(
@@ -153,7 +155,7 @@ def unit_due(state: SessionState, request_id: Optional[str], *, epoch: Optional[
             start_sample=d.pending_start if d.pending else state.input_clock,
             response_id=d.response_id,
             engine_state=d.engine_state,
-            inputs=_inputs(state),
+            inputs=unit_inputs(state),
             silence_ms=0 if d.pending else cfg.chunk_period_ms,
             issued_at_ms=now_ms,
         )
