@@ -39,7 +39,7 @@ class Judged(Harness):
     wire: list
 
     @classmethod
-    def start(cls, *, duplex_engine: bool = True, mode: str = "turn_based", **td) -> "Judged":  # noqa: ANN003
+    def start(cls, *, duplex_engine: bool = True, mode: str = "turn_based", extension_events: bool = False, **td) -> "Judged":  # noqa: ANN003
         h = cls()
         h.wire = []
         if duplex_engine:
@@ -48,7 +48,7 @@ class Judged(Harness):
             h.run(OpenSession(session_id="sess_j", model="duplex-es-echo"))
         patch = {"turn_detection": {"type": "semantic_vad", **td}}
         if duplex_engine:
-            patch["turn_mode"] = mode
+            patch.update(turn_mode=mode, extension_events=extension_events)
         h.run(UpdateSession(patch=SessionPatch(**patch)))
         return h
 
@@ -92,7 +92,7 @@ def of(events, cls):  # noqa: ANN001, ANN201
 
 
 def test_judge_units_carry_the_utterance_only_where_the_engine_judges():
-    h = Judged.start()
+    h = Judged.start(extension_events=True)
     h.say(500)
     units = h.judge_units()
     assert units, "a turn-based semantic_vad session on a full-duplex engine asks the engine"
@@ -112,8 +112,9 @@ def test_judge_units_carry_the_utterance_only_where_the_engine_judges():
     assert len(h.judge_units()) == 2  # under one chunk period (200 ms) of new audio: not yet
     h.say(100)
     assert len(h.judge_units()) == 3
-    # The client sees none of it: units are between the session and its workers.
-    assert not [w for w in h.wire if "listen" in w["type"] or "processed" in w["type"]]
+    # The client sees none of it, even asking for vLLM-Omni's unit events: units are between
+    # the session and its workers.
+    assert not [w for w in h.wire if w["type"] in ("response.listen", "input_audio_buffer.processed")]
     # Eagerness sets the engine's base pause.
     high = Judged.start(eagerness="high")
     high.say(300)
@@ -122,6 +123,10 @@ def test_judge_units_carry_the_utterance_only_where_the_engine_judges():
     for other in (Judged.start(duplex_engine=False), Judged.start(mode="full_duplex")):
         other.say(500)
         assert not [u for u in other.judge_units() if u.purpose == "judge"]
+    # On an engine that is not full-duplex the plain pause (800 ms at medium) ends the turn.
+    echo = Judged.start(duplex_engine=False)
+    echo.say(500)
+    assert not of(echo.quiet(700), InputCommitted) and len(of(echo.quiet(200), InputCommitted)) == 1
     server_vad = Judged.start()
     server_vad.run(UpdateSession(patch=SessionPatch(turn_detection={"type": "server_vad"})))
     server_vad.say(500)
