@@ -23,7 +23,7 @@ only for verdicts and for what a transcription names.
   session made earlier in the log whose arguments were complete, and no call is answered twice;
 * **units** — in a full-duplex session every append is applied by exactly one committed unit,
   in log order, each answer echoing its unit; only appends after the last committed unit may be
-  left over;
+  left over; a judge unit (``semantic_vad``'s, in a turn-based session) applies no append;
 * **fold** — an event the reducer cannot fold at all (a forged one) is reported, and the audit
   goes on with the state before it.
 """
@@ -35,10 +35,11 @@ from typing import Optional, Sequence
 import attrs
 
 from duplex_es.domain.kind import Evolve, TickAudit, Violation
-from duplex_es.domain.duplex import unit_verdict
+from duplex_es.domain.judge import answer_verdict
 from duplex_es.domain.responses import classify_output
 from duplex_es.domain.state import SessionState
 from duplex_es.events import (
+    JUDGE_UNIT,
     MODEL_FEEDING,
     EpochAdvanced,
     FunctionCallChunk,
@@ -165,11 +166,11 @@ def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: E
         elif isinstance(ev, UnitIssued):
             bad.extend(units.issued(seq, ev))
         elif isinstance(ev, (UnitOutput, UnitFailed)):
-            bad.extend(units.answered(seq, ev, session_id, unit_verdict(state, ev).accepted))
+            bad.extend(units.answered(seq, ev, session_id, answer_verdict(state, ev).accepted))
         elif isinstance(ev, SessionClosed):
             closed = True
         known = state.responses.keys() if isinstance(ev, UnitOutput) else ()
-        unit_call = isinstance(ev, UnitOutput) and ev.function_call is not None and unit_verdict(state, ev).accepted
+        unit_call = isinstance(ev, UnitOutput) and ev.function_call is not None and answer_verdict(state, ev).accepted
         try:
             state = evolve(state, seq, ev)
         except Exception as exc:  # a forged event the reducer cannot take: report it, audit on
@@ -295,6 +296,8 @@ class _Units:
             return [Violation("units", seq, f"unit {ev.request_id} issued twice")]
         self.units[ev.request_id] = (seq, ev)
         ids = list(ev.applied_event_ids)
+        if ev.purpose == JUDGE_UNIT and ids:
+            return [Violation("units", seq, f"judge unit {ev.request_id} applies appends {ids[:8]}: the input buffer's commit does")]
         known = set(self.appends)
         if ids != sorted(set(ids)) or not set(ids) <= known:
             return [Violation("units", seq, f"unit {ev.request_id} applies {ids[:8]}, not increasing seqs of appends logged before it")]
@@ -327,7 +330,7 @@ class _Units:
         return bad
 
     def finish(self) -> list[Violation]:
-        if not self.units:
+        if all(u.purpose == JUDGE_UNIT for _, u in self.units.values()):
             return []  # a turn-based session: appends are committed into items instead
         last = max(self.applied, default=0)
         return [Violation("units", a, f"append {a} was never applied, yet later appends were") for a in self.appends if a < last and a not in self.applied]
