@@ -273,7 +273,8 @@ def request_turn(state: SessionState, cmd: CreateResponse) -> list[Event]:
     model's turn, carried by the next unit, which is issued at once (docs/duplex.md, "Function
     calls and client items"). Refused with ``conversation_already_has_active_response`` while
     the model's turn is open, and with ``full_duplex_response_options`` when it sets ``input``
-    or a setting to another value than the session's (``metadata`` is accepted and logged)."""
+    or a setting to another value than the session's (``metadata`` is accepted; the turn's
+    ``response.created`` does not carry it: the model opens the turn when it speaks)."""
     cfg = state.config
     assert cfg is not None
     turn = _open_turn_of(state)
