@@ -9,6 +9,7 @@ import attrs
 from duplex_es.domain import evolve, kind_of, new_state
 from duplex_es.domain.world import world_verdict
 from duplex_es.events import (
+    JUDGE_UNIT,
     CommandDeduplicated,
     OverlapDecided,
     UnitFailed,
@@ -204,6 +205,8 @@ def summarize(ev: Event, *, call_arguments: Optional[str] = None) -> str:
         return f"request={ev.request_id} chunk={ev.chunk_index} {ev.code}: {ev.message[:60]}"
     if isinstance(ev, UnitIssued):
         heard = f"appends={_seq_span(ev.applied_event_ids)}" if ev.applied_event_ids else f"silence={ev.silence_ms} ms" if ev.silence_ms else "no audio"
+        if ev.purpose == JUDGE_UNIT:  # semantic_vad asks whether the user's turn is over
+            heard = f"judge utterance={sum(s.samples for s in ev.audio) * 1000 // ev.inputs.input_format.rate} ms pause={ev.pause_ms} ms"
         read = f" items={[e.item_id for e in ev.items]}" if ev.items else ""
         return (
             f"unit={ev.chunk_index} request={ev.request_id} epoch={ev.epoch} {heard}{read}"

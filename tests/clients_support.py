@@ -4,6 +4,7 @@ session, and a net for every warning or error a client library logs."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import time
@@ -47,6 +48,19 @@ async def at_real_time(pcm: bytes, send) -> None:  # noqa: ANN001
         delay = start + (i + 1) * 0.020 - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
+
+
+def stream(c, pcm: bytes, stop=None) -> int:  # noqa: ANN001
+    """Send ``pcm`` on ``c`` (a :class:`wsclient.WsClient`) as a microphone would: 20 ms appends
+    at real time, until ``stop`` (a ``threading.Event``) is set. Returns how many."""
+    start, n = time.monotonic(), 0
+    for at in range(0, len(pcm), FRAME_BYTES):
+        if stop is not None and stop.is_set():
+            break
+        c.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm[at : at + FRAME_BYTES].ljust(FRAME_BYTES, b"\0")).decode()})
+        n += 1
+        time.sleep(max(0.0, start + n * 0.020 - time.monotonic()))
+    return n
 
 
 class MicBuffer:

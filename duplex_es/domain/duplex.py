@@ -61,6 +61,7 @@ __all__ = [
     "queue_item",
     "request_turn",
     "evolve_turn_requested",
+    "unit_inputs",
 ]
 
 #: ``duplex.mode`` values: a response per turn, or the model listening all the time.
@@ -82,7 +83,8 @@ def _suffix(request_id: str) -> str:
     return request_id.removeprefix("req_")
 
 
-def _inputs(state: SessionState) -> SpeechInputs:
+def unit_inputs(state: SessionState) -> SpeechInputs:
+    """The session's settings a unit carries for its engine (formats, voice, instructions, tools)."""
     cfg = state.config
     assert cfg is not None
     return SpeechInputs(
@@ -163,7 +165,7 @@ def unit_due(state: SessionState, request_id: Optional[str], *, epoch: Optional[
             start_sample=d.pending_start if d.pending else state.input_clock,
             response_id=d.response_id,
             engine_state=d.engine_state,
-            inputs=_inputs(state),
+            inputs=unit_inputs(state),
             silence_ms=0 if d.pending or d.items or d.turn_requested else cfg.chunk_period_ms,
             issued_at_ms=now_ms,
             items=tuple(history_entry(state.items[i]) for i in d.items if i in state.items),
@@ -271,7 +273,8 @@ def request_turn(state: SessionState, cmd: CreateResponse) -> list[Event]:
     model's turn, carried by the next unit, which is issued at once (docs/duplex.md, "Function
     calls and client items"). Refused with ``conversation_already_has_active_response`` while
     the model's turn is open, and with ``full_duplex_response_options`` when it sets ``input``
-    or a setting to another value than the session's (``metadata`` is accepted and logged)."""
+    or a setting to another value than the session's (``metadata`` is accepted; the turn's
+    ``response.created`` does not carry it: the model opens the turn when it speaks)."""
     cfg = state.config
     assert cfg is not None
     turn = _open_turn_of(state)
@@ -513,7 +516,7 @@ def _open_turn(state: SessionState, request_id: str) -> SessionState:
         output_format=cfg.output_format,
         by_units=True,
         started_at_sample=state.input_clock,
-        inputs=_inputs(state),  # what the turn's function calls are checked against
+        inputs=unit_inputs(state),  # what the turn's function calls are checked against
     )
     item = Item(
         id=item_id,

@@ -28,7 +28,7 @@ from duplex_es.domain.responses import cancel_events, retire_frozen, start_respo
 from duplex_es.domain.rules import Fold, put_item, reject
 from duplex_es.domain.state import InputBuffer, Item, Response, SessionState
 from duplex_es.domain.transcription import transcription_request
-from duplex_es.domain.vad import FRAME_MS, DetectorUnavailable, detect
+from duplex_es.domain.vad import FRAME_MS, DetectorUnavailable, detect, stop_silence_ms
 from duplex_es.events import (
     AudioAppended,
     CommandRejected,
@@ -44,7 +44,7 @@ from duplex_es.events import (
     VadState,
 )
 
-__all__ = ["commit_events", "end_speech", "split_segments"]
+__all__ = ["commit_events", "end_speech", "split_segments", "turn_end_events"]
 
 _NO_VAD = VadState()  # immutable: one instance serves every append without VAD
 
@@ -162,7 +162,6 @@ def decide_append_audio(cmd: AppendAudio, state: SessionState, fold: Fold) -> li
     timeout = _idle_deadline(state, samples) if not transitions else None
     trial = fold(state, events) if transitions or timeout is not None else state  # what the transitions are decided on
     current = state.vad.item_id
-    responds = td.create_response and cfg.session_type == "realtime"
     for t in transitions:
         if t.kind == "started":
             current = next(fresh)
@@ -173,13 +172,7 @@ def decide_append_audio(cmd: AppendAudio, state: SessionState, fold: Fold) -> li
         else:
             item_id = current or next(fresh)
             current = None
-            batch = [SpeechStopped(audio_end_ms=ms_of(t.sample, fmt.rate), item_id=item_id)]
-            committed = commit_events(trial, item_id, up_to=t.sample, start=t.start)
-            if isinstance(committed[0], InputCommitted):
-                batch += committed
-                if responds:
-                    batch += _respond(fold(trial, batch), ids, item_id)
-            # else: under 100 ms of speech is not a turn; its audio stays in the buffer.
+            batch = turn_end_events(trial, item_id, t.sample, t.start, ids, fold)
         trial = fold(trial, batch)
         events += [e for e in batch if e.TYPE != "command.rejected"]
     if timeout is not None:
@@ -199,6 +192,24 @@ def decide_append_audio(cmd: AppendAudio, state: SessionState, fold: Fold) -> li
     return events
 
 
+def turn_end_events(state: SessionState, item_id: str, end: int, start: int, ids: VadIds, fold: Fold) -> list[Event]:
+    """The end of user utterance ``item_id`` at clock sample ``end`` (its speech began at
+    ``start``, prefix padding included): ``speech_stopped``, the commit of exactly that audio as
+    the user item, and with ``create_response`` its response (``ids``), now or once the active
+    one ends. Server VAD's stop and ``semantic_vad``'s engine judgement
+    (:mod:`duplex_es.domain.judge`) both end a turn this way. Under 100 ms of audio is no
+    turn: only the ``speech_stopped``, the audio staying in the buffer."""
+    cfg = state.config
+    assert cfg is not None and cfg.turn_detection is not None
+    batch: list[Event] = [SpeechStopped(audio_end_ms=ms_of(end, cfg.input_format.rate), item_id=item_id)]
+    committed = commit_events(state, item_id, up_to=end, start=start)
+    if isinstance(committed[0], InputCommitted):
+        batch += committed
+        if cfg.turn_detection.create_response and cfg.session_type == "realtime":
+            batch += _respond(fold(state, batch), ids, item_id)
+    return batch
+
+
 def _run_vad(cmd: AppendAudio, state: SessionState, buffer_start: int) -> tuple[VadState, list] | list[Event]:
     """Server VAD over the append's audio from the logged VAD state: ``(state after, turn
     transitions)``, or the append's refusal when the session's detector cannot run here."""
@@ -211,7 +222,7 @@ def _run_vad(cmd: AppendAudio, state: SessionState, buffer_start: int) -> tuple[
     if before.frame_fill != state.input_clock % frame:  # VAD was off: re-align frames to the clock
         before = replace(before, frame_fill=state.input_clock % frame, frame_energy=0.0)
     try:
-        return detect(before, pcm, state.input_clock, fmt.rate, td, buffer_start)
+        return detect(before, pcm, state.input_clock, fmt.rate, td, buffer_start, stop_silence_ms(cfg))
     except DetectorUnavailable as e:  # only a session moved to a server without the model
         return reject(cmd, Code.SERVER_VAD_UNAVAILABLE, f"the {td.detector} detector cannot run on this server: {e}", "session.audio.input.turn_detection.detector")
 

@@ -23,7 +23,7 @@ only for verdicts and for what a transcription names.
   session made earlier in the log whose arguments were complete, and no call is answered twice;
 * **units** — in a full-duplex session every append is applied by exactly one committed unit,
   in log order, each answer echoing its unit; only appends after the last committed unit may be
-  left over;
+  left over; a judge unit (``semantic_vad``'s, in a turn-based session) applies no append;
 * **fold** — an event the reducer cannot fold at all (a forged one) is reported, and the audit
   goes on with the state before it.
 """
@@ -35,10 +35,11 @@ from typing import Optional, Sequence
 import attrs
 
 from duplex_es.domain.kind import Evolve, TickAudit, Violation
-from duplex_es.domain.duplex import unit_verdict
+from duplex_es.domain.judge import answer_verdict
 from duplex_es.domain.responses import classify_output
 from duplex_es.domain.state import SessionState
 from duplex_es.events import (
+    JUDGE_UNIT,
     MODEL_FEEDING,
     EpochAdvanced,
     FunctionCallChunk,
@@ -165,11 +166,11 @@ def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: E
         elif isinstance(ev, UnitIssued):
             bad.extend(units.issued(seq, ev))
         elif isinstance(ev, (UnitOutput, UnitFailed)):
-            bad.extend(units.answered(seq, ev, session_id, unit_verdict(state, ev).accepted))
+            bad.extend(units.answered(seq, ev, session_id, answer_verdict(state, ev).accepted))
         elif isinstance(ev, SessionClosed):
             closed = True
         known = state.responses.keys() if isinstance(ev, UnitOutput) else ()
-        unit_call = isinstance(ev, UnitOutput) and ev.function_call is not None and unit_verdict(state, ev).accepted
+        unit_call = isinstance(ev, UnitOutput) and ev.function_call is not None and answer_verdict(state, ev).accepted
         try:
             state = evolve(state, seq, ev)
         except Exception as exc:  # a forged event the reducer cannot take: report it, audit on
@@ -281,9 +282,11 @@ class _Units:
     append is applied by exactly one committed unit, in log order — a unit applies appends
     logged before it, after everything earlier committed units applied; a cancelled unit's
     appends are applied by a later one. Only appends after the last committed unit may be
-    left over (the session ended or the model is still hearing them)."""
+    left over (the session ended or the model is still hearing them). A client item reaches
+    the model in at most one committed unit."""
 
     appends: list[int] = attrs.Factory(list)
+    read: dict[str, str] = attrs.Factory(dict)  # client item id -> the committed unit that carried it
     units: dict[str, tuple[int, UnitIssued]] = attrs.Factory(dict)
     applied: dict[int, str] = attrs.Factory(dict)  # append seq -> committed unit
     answers: dict[str, int] = attrs.Factory(dict)  # unit -> seq of its answer
@@ -293,6 +296,8 @@ class _Units:
             return [Violation("units", seq, f"unit {ev.request_id} issued twice")]
         self.units[ev.request_id] = (seq, ev)
         ids = list(ev.applied_event_ids)
+        if ev.purpose == JUDGE_UNIT and ids:
+            return [Violation("units", seq, f"judge unit {ev.request_id} applies appends {ids[:8]}: the input buffer's commit does")]
         known = set(self.appends)
         if ids != sorted(set(ids)) or not set(ids) <= known:
             return [Violation("units", seq, f"unit {ev.request_id} applies {ids[:8]}, not increasing seqs of appends logged before it")]
@@ -318,10 +323,14 @@ class _Units:
             elif a < last:
                 bad.append(Violation("units", seq, f"append {a} applied after later append {last}"))
             self.applied[a] = ev.request_id
+        for entry in u.items:
+            if entry.item_id in self.read:
+                bad.append(Violation("units", seq, f"item {entry.item_id} reached the model twice: in {self.read[entry.item_id]} and {ev.request_id}"))
+            self.read[entry.item_id] = ev.request_id
         return bad
 
     def finish(self) -> list[Violation]:
-        if not self.units:
+        if all(u.purpose == JUDGE_UNIT for _, u in self.units.values()):
             return []  # a turn-based session: appends are committed into items instead
         last = max(self.applied, default=0)
         return [Violation("units", a, f"append {a} was never applied, yet later appends were") for a in self.appends if a < last and a not in self.applied]

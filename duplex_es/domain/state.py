@@ -19,6 +19,7 @@ __all__ = [
     "Item",
     "Call",
     "DuplexState",
+    "JudgeState",
     "Response",
     "Tick",
     "Lease",
@@ -349,6 +350,30 @@ class DuplexState:
 
 
 @attrs.frozen(kw_only=True)
+class JudgeState:
+    """``semantic_vad``'s engine judgement in a turn-based session on a full-duplex engine
+    (docs/protocol.md, "Turn detection"; :mod:`duplex_es.domain.judge`).
+
+    ``unit`` is the judge unit in flight (its request id, ``epoch`` and ``chunk_index``;
+    ``None`` once answered) and ``item_id`` the utterance it judges (server VAD's item id): a
+    unit whose utterance ended meanwhile (committed, cleared, stopped by the max wait) is dead,
+    and its answer discarded. ``heard_to`` is where on the input clock the audio the engine was
+    last sent ends (samples). ``ended_item`` is the utterance the engine judged over, up to
+    ``ended_at`` (samples; the next pump commits it); ``failed_item`` one whose judge unit
+    failed (no more units for it: the max wait decides).
+    """
+
+    unit: Optional[str] = None
+    epoch: int = 0
+    chunk_index: int = 0
+    item_id: Optional[str] = None
+    heard_to: int = 0
+    ended_item: Optional[str] = None
+    ended_at: int = 0
+    failed_item: Optional[str] = None
+
+
+@attrs.frozen(kw_only=True)
 class SessionState:
     """The whole derived state of one session after its event ``seq``.
 
@@ -361,7 +386,8 @@ class SessionState:
     waiting for the active one to end. ``transcriptions`` maps the request id of each input
     transcription in flight to its user item. ``idle_since_sample`` is where on the input clock
     the idle timeout counts from (the end of the last response's audio), ``None`` while it is
-    not running. ``calls`` are the session's function calls by ``call_id``.
+    not running. ``calls`` are the session's function calls by ``call_id``. ``judge`` is
+    ``semantic_vad``'s engine judgement of the end of the user's turn, where the engine gives it.
     """
 
     session_id: str = ""
@@ -388,6 +414,7 @@ class SessionState:
     idle_since_sample: Optional[int] = None
     calls: dict[str, Call] = attrs.Factory(dict)
     duplex: DuplexState = DuplexState()
+    judge: JudgeState = JudgeState()
 
     @property
     def full_duplex(self) -> bool:

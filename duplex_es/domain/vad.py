@@ -5,8 +5,9 @@ reaches ``-60 + 40 × threshold`` dBFS (OpenAI's default threshold 0.5 → -40 d
 stays below it, speech is well above). Speech starts after :data:`MIN_SPEECH_MS` of consecutive
 voiced audio; its ``audio_start_ms`` is moved back by ``prefix_padding_ms`` (never before the
 buffer's start). It stops once ``silence_duration_ms`` of unvoiced audio followed it (for
-``semantic_vad``, the pause its ``eagerness`` allows); its
-``audio_end_ms`` includes that silence (docs/sources.md, "OpenAI turn detection").
+``semantic_vad``, the pause its ``eagerness`` allows, or where the engine judges the end of the
+turn its max wait: :func:`stop_silence_ms`); its ``audio_end_ms`` includes that silence
+(docs/sources.md, "OpenAI turn detection").
 
 **Silero** (``detector: "silero"``): the same turn rules on 32 ms frames scored by the Silero
 VAD network (:mod:`duplex_es.audio.silero`, onnxruntime on one CPU thread): a frame is voiced
@@ -33,7 +34,7 @@ from typing import Optional
 
 from duplex_es.audio import silero
 from duplex_es.domain.replace import replace
-from duplex_es.events import TurnDetection, VadState
+from duplex_es.events import SEMANTIC_VAD_MAX_WAIT_MS, SessionConfig, TurnDetection, VadState
 
 __all__ = [
     "DETECTORS",
@@ -44,6 +45,8 @@ __all__ = [
     "detect",
     "detector_unavailable",
     "end_threshold",
+    "engine_judges",
+    "stop_silence_ms",
     "threshold_dbfs",
 ]
 
@@ -91,8 +94,35 @@ def detector_unavailable(td: Optional[TurnDetection]) -> Optional[str]:
     return silero.unavailable()
 
 
+def engine_judges(cfg: Optional[SessionConfig]) -> bool:
+    """Whether the end of the user's turn is the engine's judgement (docs/protocol.md, "Turn
+    detection"): ``semantic_vad`` in a ``turn_based`` session whose engine is full-duplex (its
+    ``duplex.modes`` offer ``full_duplex``) and answers realtime turns."""
+    if cfg is None or cfg.turn_detection is None or cfg.turn_detection.type != "semantic_vad":
+        return False
+    return cfg.turn_mode == "turn_based" and "full_duplex" in cfg.turn_modes and cfg.session_type == "realtime"
+
+
+def stop_silence_ms(cfg: SessionConfig) -> int:
+    """The silence (ms of input audio) after which server VAD ends speech in a session with turn
+    detection: the type's pause (``silence_duration_ms``, or ``semantic_vad``'s eagerness
+    pause), or, where the engine judges the turn (:func:`engine_judges`), ``semantic_vad``'s max
+    wait for the eagerness — the bound on a judgement that never comes."""
+    td = cfg.turn_detection
+    assert td is not None
+    if engine_judges(cfg):
+        return SEMANTIC_VAD_MAX_WAIT_MS[td.eagerness or "auto"]
+    return td.end_of_turn_silence_ms
+
+
 def detect(
-    state: VadState, samples: np.ndarray, start_sample: int, rate: int, td: TurnDetection, buffer_start: int
+    state: VadState,
+    samples: np.ndarray,
+    start_sample: int,
+    rate: int,
+    td: TurnDetection,
+    buffer_start: int,
+    silence_ms: Optional[int] = None,
 ) -> tuple[VadState, list[Transition]]:
     """Run the session's detector (``td.detector``) over one append.
 
@@ -107,6 +137,8 @@ def detect(
         rate: the input sample rate (Hz).
         td: the session's turn detection settings.
         buffer_start: where the uncommitted input buffer begins (prefix padding stops there).
+        silence_ms: the silence (ms) that ends speech; ``None``: ``td``'s (:func:`stop_silence_ms`
+            gives a session's).
 
     Returns:
         The state after the append, and the start/stop transitions in it, in order.
@@ -114,8 +146,9 @@ def detect(
     Raises:
         DetectorUnavailable: Silero is selected and its model cannot be loaded here.
     """
+    silence_needed = rate * (td.end_of_turn_silence_ms if silence_ms is None else silence_ms) // 1000
     if td.detector == "silero":
-        return _detect_silero(state, samples, start_sample, rate, td, buffer_start)
+        return _detect_silero(state, samples, start_sample, rate, td, buffer_start, silence_needed)
     n = len(samples)
     if n == 0:
         return state, []
@@ -125,7 +158,6 @@ def detect(
     starts = [0] + list(range(first, n, frame)) if first < n else [0]
     sums = np.add.reduceat(sq, starts)
     min_speech = rate * MIN_SPEECH_MS // 1000
-    silence_needed = rate * td.end_of_turn_silence_ms // 1000
     padding = rate * td.prefix_padding_ms // 1000
     level = 10 ** (threshold_dbfs(td.threshold) / 10)  # mean square of a frame at the threshold
     out: list[Transition] = []
@@ -172,15 +204,15 @@ def detect(
 
 
 def _detect_silero(
-    state: VadState, samples: np.ndarray, start_sample: int, rate: int, td: TurnDetection, buffer_start: int
+    state: VadState, samples: np.ndarray, start_sample: int, rate: int, td: TurnDetection, buffer_start: int, silence_needed: int
 ) -> tuple[VadState, list[Transition]]:
-    """:func:`detect` with Silero's frame probabilities (same arguments and result)."""
+    """:func:`detect` with Silero's frame probabilities (same arguments and result;
+    ``silence_needed`` in samples)."""
     if len(samples) == 0:
         return state, []
     scored, carried = silero.advance(state.model_state, samples, rate, start_sample)
     frame = silero.frame_samples(rate)
     min_speech = rate * SILERO_MIN_SPEECH_MS // 1000
-    silence_needed = rate * td.end_of_turn_silence_ms // 1000
     padding = rate * td.prefix_padding_ms // 1000
     high, low = td.threshold, end_threshold(td.threshold)
     out: list[Transition] = []

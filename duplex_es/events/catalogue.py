@@ -26,6 +26,9 @@ __all__ = [
     "AudioFormat",
     "TurnDetection",
     "SEMANTIC_VAD_SILENCE_MS",
+    "SEMANTIC_VAD_MAX_WAIT_MS",
+    "JUDGE_UNIT",
+    "USER_TURN_ENDED",
     "TokenUsage",
     "SessionConfig",
     "VadState",
@@ -92,11 +95,24 @@ class AudioFormat:
     rate: int = 24000
 
 
-#: ``semantic_vad``: the pause (ms of input audio) that ends a turn at each ``eagerness``. duplex_es
-#: judges end of turn on the audio clock (an engine that can judge it from words will take over:
-#: docs/protocol.md, Turn detection); ``low`` waits longer for the user to go on, ``high``
-#: answers sooner, ``auto`` is ``medium`` (OpenAI's semantic VAD: max waits 8 s / 4 s / 2 s).
+#: ``semantic_vad``: the pause (ms of input audio) that ends a turn at each ``eagerness`` where
+#: the session's engine does not judge it (docs/protocol.md, Turn detection); ``low`` waits
+#: longer for the user to go on, ``high`` answers sooner, ``auto`` is ``medium``. Where the
+#: engine judges (a turn-based session on a full-duplex engine) it is the engine's base pause,
+#: carried by each judge unit (``duplex.unit.issued``'s ``pause_ms``).
 SEMANTIC_VAD_SILENCE_MS: dict[str, int] = {"low": 1200, "medium": 800, "auto": 800, "high": 500}
+
+#: ``semantic_vad`` judged by the engine: the longest pause (ms of input audio) after which the
+#: turn ends whatever the engine said, or if it never answered — OpenAI's semantic VAD max waits
+#: (docs/sources.md, "OpenAI turn detection").
+SEMANTIC_VAD_MAX_WAIT_MS: dict[str, int] = {"low": 8000, "medium": 4000, "auto": 4000, "high": 2000}
+
+#: ``duplex.unit.issued``'s ``purpose`` of a *judge unit*: the engine is asked only whether the
+#: user's turn is over (``semantic_vad`` in a turn-based session on a full-duplex engine).
+JUDGE_UNIT = "judge"
+
+#: The listen reason of an engine's answer that judges the user's turn over.
+USER_TURN_ENDED = "end_of_turn"
 
 
 @attrs.frozen(kw_only=True)

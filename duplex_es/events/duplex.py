@@ -28,6 +28,13 @@ __all__ = ["UnitIssued", "UnitOutput", "UnitFailed", "OverlapDecided", "TurnRequ
 class UnitIssued(TickRequest):
     """One unit of continuous input for the model (docs/duplex.md, "Units").
 
+    ``purpose`` ``judge`` (:data:`~duplex_es.events.JUDGE_UNIT`) makes it a *judge unit* of a
+    turn-based session's ``semantic_vad`` (docs/protocol.md, "Turn detection"): it applies no
+    appends (the input buffer's commit does), ``audio`` is the user's utterance so far, from
+    where its speech started, and ``pause_ms`` the pause (ms) after a finished sentence that
+    ends the turn at the session's eagerness; the engine answers only whether the user's turn is
+    over (listen reason :data:`~duplex_es.events.USER_TURN_ENDED`) and never speaks.
+
     ``applied_event_ids`` are the seqs of the appends it applies, in order, each applied by
     exactly one committed unit (a unit a barge-in cancels gives them back to the next one);
     ``audio`` their segments of logged audio and ``start_sample`` where the first begins on the
@@ -52,6 +59,8 @@ class UnitIssued(TickRequest):
     applied_event_ids: tuple[int, ...] = ()
     audio: tuple[AudioSegment, ...] = ()
     start_sample: int = 0
+    purpose: str = "listen"
+    pause_ms: int = 0
     response_id: Optional[str] = None
     engine_state: Optional[dict[str, Any]] = None
     inputs: SpeechInputs = SpeechInputs()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import base64
 
+import attrs
+
 import pytest
 
 from duplex_es.domain import AppendAudio, Code, OpenSession, SessionPatch, UpdateSession
@@ -431,3 +433,22 @@ def test_response_create_in_a_full_duplex_session_requests_the_models_turn():
     again = h.unit()
     assert [e.item_id for e in again.items] == ["item_more"] and again.response_id is None
     assert h.refold() == h.state
+
+
+def test_audit_finds_a_client_item_that_reached_the_model_twice():
+    from duplex_es.domain import CreateItem, evolve
+    from duplex_es.domain.speech_audit import audit_speech
+    from duplex_es.events import ContentPart
+
+    h = Duplex.start()
+    h.run(CreateItem(item_id="item_typed", role="user", content=(ContentPart(type="input_text", text="Hello there."),)))
+    h.pump()
+    carried = h.unit()
+    h.answer(listen_reason="reading")
+    assert audit_speech(h.state.session_id, h.log, evolve).violations == ()
+    # A forged unit that hands the model the same item again.
+    forged = attrs.evolve(carried, request_id=nid("req"), chunk_index=h.state.duplex.next_unit, engine_state=None)
+    h.apply([forged])
+    h.answer(listen_reason="reading")
+    (bad,) = audit_speech(h.state.session_id, h.log, evolve).violations
+    assert bad.check == "units" and "item_typed reached the model twice" in bad.message

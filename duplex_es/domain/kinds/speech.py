@@ -9,7 +9,7 @@ from functools import partial
 
 from duplex_es.domain import commands as c
 from duplex_es.domain import speech_audit
-from duplex_es.domain import duplex, input, items, lease, lifecycle, playback, responses, transcription
+from duplex_es.domain import duplex, input, items, judge as turn_judge, lease, lifecycle, playback, responses, transcription
 from duplex_es.domain.kind import Decider, Evolver, SessionKind
 from duplex_es.domain.replace import replace
 from duplex_es.domain.rules import COMMAND_TYPES, keep
@@ -100,10 +100,10 @@ EVOLVERS: dict[type, Evolver] = {
     TranscriptionRequested: transcription.evolve_transcription_requested,
     TranscriptionCompleted: transcription.evolve_transcription_completed,
     TranscriptionFailed: transcription.evolve_transcription_failed,
-    # full duplex
-    UnitIssued: duplex.evolve_unit_issued,
-    UnitOutput: duplex.evolve_unit_output,
-    UnitFailed: duplex.evolve_unit_failed,
+    # full duplex (and semantic_vad's judge units, which route the others to duplex)
+    UnitIssued: turn_judge.evolve_unit_issued,
+    UnitOutput: turn_judge.evolve_unit_output,
+    UnitFailed: turn_judge.evolve_unit_failed,
     OverlapDecided: duplex.evolve_overlap_decided,
     TurnRequested: duplex.evolve_turn_requested,
 }
@@ -144,7 +144,7 @@ DECIDERS: dict[type, Decider] = {
     c.CancelResponse: responses.decide_cancel_response,
     c.BargeIn: responses.decide_barge_in,
     c.ClearOutputAudio: responses.decide_clear_output_audio,
-    c.Pump: responses.decide_pump,
+    c.Pump: partial(turn_judge.decide_pump, fold=fold_after),
     # playback
     c.AckPlayback: playback.decide_ack_playback,
 }
@@ -152,13 +152,13 @@ DECIDERS: dict[type, Decider] = {
 
 def judge(state: SessionState, answer: TickAnswer) -> ticks.Verdict:
     """The verdict on a worker's answer: a response tick's output or failure
-    (:func:`~duplex_es.domain.responses.classify_output`), a full-duplex unit's
-    (:func:`~duplex_es.domain.duplex.unit_verdict`), or a transcript."""
+    (:func:`~duplex_es.domain.responses.classify_output`), a unit's
+    (:func:`~duplex_es.domain.judge.answer_verdict`), or a transcript."""
     if isinstance(answer, (TranscriptionCompleted, TranscriptionFailed)):
         why = transcription.transcription_verdict(state, answer)
         return ticks.ACCEPTED if why == "accepted" else ticks.Verdict("discarded", why)
     if isinstance(answer, (UnitOutput, UnitFailed)):
-        return duplex.unit_verdict(state, answer)
+        return turn_judge.answer_verdict(state, answer)
     return responses.classify_output(state, answer)  # type: ignore[arg-type]
 
 

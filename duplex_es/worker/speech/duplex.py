@@ -13,6 +13,10 @@ and ends its turn with the last chunk. Partial decodes stop at :data:`PARTIAL_UN
 speech and a turn ends at :data:`MAX_TURN_SPEECH_MS` (each decode reads the whole utterance). Speech
 is told from silence by frame energy (10 ms frames above :data:`SPEECH_DBFS`).
 
+It also judges for ``semantic_vad`` in a turn-based session (docs/protocol.md, "Turn
+detection"): a *judge unit* carries the user's utterance so far, and the engine answers only
+whether the turn is over, by the same rule with the unit's ``pause_ms`` for its base pause.
+
 Everything it needs between units is in its state (JSON, carried by the log from unit to unit):
 the utterance's audio segments, what it reported, and while speaking the reply's text and the next
 chunk. The reply's audio is recomputed from the text (deterministic), so a worker that takes the
@@ -31,7 +35,7 @@ import numpy as np
 
 from duplex_es.audio import decode_to_pcm16, encode_from_pcm16
 from duplex_es.audio.pcm import bytes_per_sample
-from duplex_es.events import AudioSegment, FunctionCallChunk, Mark, SpeechInputs
+from duplex_es.events import JUDGE_UNIT, USER_TURN_ENDED, AudioSegment, FunctionCallChunk, Mark, SpeechInputs
 from duplex_es.worker.engine import EngineError, UnitContext, UnitOutputs
 from duplex_es.worker.speech.engine import ARGUMENT_CHARS_PER_TICK, reply_text
 from duplex_es.worker.speech.tools import decide, output_sentence
@@ -47,6 +51,7 @@ __all__ = [
     "REPLY_CHUNK_MS",
     "SPEECH_DBFS",
     "OPEN_ENDINGS",
+    "end_of_turn_silence_ms",
 ]
 
 log = logging.getLogger(__name__)
@@ -82,6 +87,15 @@ _FRAME_MS = 10
 _THRESHOLD = 32768 * 10 ** (SPEECH_DBFS / 20)
 
 
+def end_of_turn_silence_ms(words: list[str], base_ms: int = END_SILENCE_MS) -> int:
+    """The silence (ms) after at least :data:`MIN_SPEECH_MS` of speech that ends the user's
+    turn, given the ``words`` heard so far: ``base_ms``, twice as long when the last word leaves
+    the sentence open (:data:`OPEN_ENDINGS`). The engine's rule for its own turns
+    (``base_ms`` :data:`END_SILENCE_MS`) and for ``semantic_vad``'s judge units (the unit's
+    ``pause_ms``)."""
+    return base_ms * (2 if words and words[-1] in OPEN_ENDINGS else 1)
+
+
 def _voiced_frames(pcm: np.ndarray, rate: int) -> list[bool]:
     """Speech or not for each 10 ms frame of ``pcm`` (a last partial frame counts too)."""
     n = max(1, rate * _FRAME_MS // 1000)
@@ -112,6 +126,7 @@ class FullDuplexEngine:
         self._tts = Synthesizer()
         self.reply_chunk_ms = reply_chunk_ms
         self._replies: OrderedDict[tuple, tuple[str, bytes, tuple[tuple[int, int], ...], int]] = OrderedDict()
+        self._judged: OrderedDict[tuple, list[str]] = OrderedDict()  # judge units' decodes
 
     # -------------------------------------------------------------------------------- state
 
@@ -122,6 +137,8 @@ class FullDuplexEngine:
     def step(self, ctx: UnitContext) -> UnitOutputs:
         """Hear one unit; listen, or speak (or call) the next chunk of its turn."""
         tick = ctx.tick
+        if tick.purpose == JUDGE_UNIT:
+            return self._judge(ctx)
         inputs = tick.inputs
         state = dict(tick.engine_state) if tick.engine_state else self._fresh()
         if state["phase"] != "listening" and tick.response_id is None:
@@ -171,7 +188,7 @@ class FullDuplexEngine:
                 return UnitOutputs(echo=ctx.identity, listen_reason="noise", engine_state=self._fresh())
             return UnitOutputs(echo=ctx.identity, listen_reason="user_speaking", user_transcript_delta=delta, engine_state=state, continue_turn=True)
         words = (state["heard"] + delta).split()
-        needed = END_SILENCE_MS * (2 if words and words[-1] in OPEN_ENDINGS else 1)
+        needed = end_of_turn_silence_ms(words)
         if state["silence_ms"] < needed and state["speech_ms"] < MAX_TURN_SPEECH_MS and not tick.turn_requested:
             reason = "user_speaking" if state["silence_ms"] < 200 else "waiting_for_end_of_turn"
             # Ask for the quiet that follows even if the client stops sending (silence units).
@@ -214,6 +231,36 @@ class FullDuplexEngine:
         else:
             next_state = self._fresh(awaiting={c[0]: c[1] for c in state["calls"]}, outputs=[])
         return UnitOutputs(echo=ctx.identity, function_call=chunk, end_of_turn=last and not state["then"], engine_state=next_state)
+
+    def _judge(self, ctx: UnitContext) -> UnitOutputs:
+        """A judge unit (``semantic_vad`` in a turn-based session): hear the utterance so far
+        and answer only whether the user's turn is over (:func:`end_of_turn_silence_ms` with the
+        unit's ``pause_ms``; listen reason :data:`~duplex_es.events.USER_TURN_ENDED`), never
+        speaking. The words are decoded only once the pause is long enough to need the last one,
+        and once per stretch of speech (cached: a pause grows, the speech before it does not)."""
+        tick = ctx.tick
+        fmt = tick.inputs.input_format
+        raw = ctx.read_audio(tick.audio) if tick.audio else b""
+        pcm = decode_to_pcm16(raw, fmt.type) if raw else np.zeros(0, dtype="<i2")
+        frames = _voiced_frames(pcm, fmt.rate) if len(pcm) else []
+        speech_ms = sum(frames) * _FRAME_MS
+        voiced_to = max((i + 1 for i, v in enumerate(frames) if v), default=0)  # frames up to the last voiced one
+        silence_ms = (len(frames) - voiced_to) * _FRAME_MS
+        if speech_ms < MIN_SPEECH_MS or silence_ms < tick.pause_ms:
+            reason = "user_speaking" if silence_ms < 200 else "waiting_for_end_of_turn"
+            return UnitOutputs(echo=ctx.identity, listen_reason=reason)
+        # The speech and the pause's first ``pause_ms``: a word's quiet tail (a final "d") falls
+        # under the speech level, and the decoder needs it to hear the word.
+        spoken = pcm[: (voiced_to * _FRAME_MS + tick.pause_ms) * fmt.rate // 1000]
+        key = (tick.audio[0].seq, tick.audio[0].offset, len(spoken), fmt.rate)
+        words = self._judged.get(key)
+        if words is None:
+            words = self._asr.transcribe(spoken.tobytes(), fmt.rate).split()  # type: ignore[attr-defined]
+            self._judged[key] = words
+            while len(self._judged) > 64:
+                self._judged.popitem(last=False)
+        over = silence_ms >= end_of_turn_silence_ms(words, tick.pause_ms)
+        return UnitOutputs(echo=ctx.identity, listen_reason=USER_TURN_ENDED if over else "waiting_for_end_of_turn")
 
     def _heard_more(self, ctx: UnitContext, state: dict[str, Any], *, final: bool = False) -> str:
         """Decode the utterance so far and report the words beyond those already reported. A
