@@ -206,23 +206,22 @@ def recheck_records(session_id: str, records: Sequence[Recorded]) -> SessionRech
                 fold_logged(rest[:1])
                 i += 1
                 continue
-            built = _rebuild(state, [r.event for r in rest])
-            if isinstance(built, str):
-                skipped.append(Skipped(rest[0].seq, head.TYPE, built))
+            candidates = _rebuild(state, [r.event for r in rest])
+            if isinstance(candidates, str):
+                skipped.append(Skipped(rest[0].seq, head.TYPE, candidates))
                 fold_logged(rest)
                 break
             rechecked += 1
-            try:
-                decided = decide(state, built.command)
-            except Exception as exc:  # a rule that now raises is a divergence too
-                decided = exc
-            found = _compare(state, rest, decided)
-            if found is None:
-                fold_logged(rest[: len(decided)])  # type: ignore[arg-type]
-                i += len(decided)  # type: ignore[arg-type]
+            outcomes = [_redecide(state, rest, built) for built in candidates]
+            matched = next((n for n, found in outcomes if found is None), None)
+            if matched is not None:
+                fold_logged(rest[:matched])
+                i += matched
                 if i < len(batch):  # worker answers committed in the same transaction
                     continue
                 break
+            built, (_, found) = candidates[0], outcomes[0]  # the likelier command is reported
+            assert found is not None
             differences, decided_rows = found
             divergences.append(
                 Divergence(
@@ -240,6 +239,16 @@ def recheck_records(session_id: str, records: Sequence[Recorded]) -> SessionRech
     at = {r.seq: k for k, r in enumerate(rows)}
     shown = [attrs.evolve(d, context=tuple(rows[max(0, at[d.seqs[0]] - CONTEXT) : at[d.seqs[-1]] + CONTEXT + 1])) for d in divergences]
     return SessionRecheck(session_id, kind, len(records), rechecked, answers, tuple(shown), tuple(skipped))
+
+
+def _redecide(state: Any, logged: Sequence[Recorded], built: _Rebuilt) -> tuple[int, Optional[tuple[tuple[str, ...], tuple[Row, ...]]]]:
+    """Decide ``built`` on ``state``: how many events it decided, and ``None`` when they are the
+    logged batch, else the differences (:func:`_compare`)."""
+    try:
+        decided: Union[list[Event], Exception] = decide(state, built.command)
+    except Exception as exc:  # a rule that now raises is a divergence too
+        decided = exc
+    return (0 if isinstance(decided, Exception) else len(decided)), _compare(state, logged, decided)
 
 
 def _compare(state: Any, logged: Sequence[Recorded], decided: Union[list[Event], Exception]) -> Optional[tuple[tuple[str, ...], tuple[Row, ...]]]:
@@ -301,15 +310,23 @@ def _starts_batch(ev: Event) -> bool:
 # ------------------------------------------------------------------------------ rebuilding commands
 
 
-def _rebuild(state: Any, batch: list[Event]) -> _Reconstruction:
-    """The command that made ``batch`` (its first event opens it), or why it cannot be rebuilt."""
+def _rebuild(state: Any, batch: list[Event]) -> Union[list[_Rebuilt], str]:
+    """The commands that may have made ``batch`` (its first event opens it), the likelier
+    first, or why none can be rebuilt. Only a batch that opens with ``speech_stopped`` has two:
+    a commit, clear, cancel or update ending the speech first, or the pump ending a turn the
+    engine judged over (``semantic_vad``): the one that decides the logged batch is the one."""
     head = batch[0]
-    if isinstance(head, SpeechStopped):  # a commit, clear, cancel or update ends speech first
-        anchor = next((k for k, e in enumerate(batch) if not isinstance(e, SpeechStopped)), None)
-        if anchor is None:
-            return "a batch of speech_stopped alone: no command of this code decides one"
-        return _rebuild_at(state, batch, anchor)
-    return _rebuild_at(state, batch, 0)
+    if not isinstance(head, SpeechStopped):
+        built = _rebuild_at(state, batch, 0)
+        return built if isinstance(built, str) else [built]
+    anchor = next((k for k, e in enumerate(batch) if not isinstance(e, SpeechStopped)), None)
+    client = _rebuild_at(state, batch, anchor) if anchor is not None else "a batch of speech_stopped alone"
+    pump = _pump(state, batch)
+    assert isinstance(pump, _Rebuilt)
+    if isinstance(client, str):
+        return [pump]
+    by_client = getattr(batch[anchor], "client_event_id", None) is not None  # type: ignore[index]
+    return [client, pump] if by_client else [pump, client]
 
 
 def _rebuild_at(state: Any, batch: list[Event], at: int) -> _Reconstruction:
