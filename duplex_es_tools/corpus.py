@@ -15,6 +15,8 @@ The sessions:
 * ``function_call``: a typed question with a tool: the model calls it, the client answers the
   call, and the model answers in text;
 * ``full_duplex``: speech streamed at real time into a full-duplex model, which answers by itself;
+* ``judged_turn``: ``semantic_vad`` in a turn-based session on the full-duplex engine, which
+  judges when the turn ends; the user's audio transcribed;
 * ``refusals``: bad input refused with its code (a frame that is not JSON, an empty commit,
   cancels with nothing to cancel) around a typed turn, item edits and session updates;
 * ``resumed``: a response cancelled while it runs, typed input dropped, the connection lost and
@@ -113,7 +115,8 @@ def _stream(c: _Client, audio: bytes, *, real_time: bool = False) -> None:
 def _speech_session(base: str, model: str = "gpt-realtime", **session: Any) -> _Client:
     c = _Client(f"{base}/v1/realtime?model={model}")
     c.recv("session.created")
-    c.send({"type": "session.update", "event_id": "fmt", "session": {"type": "realtime", "audio": {"input": {"format": _ULAW}, "output": {"format": _ULAW}}, **session}})
+    audio = {"input": {"format": _ULAW}, "output": {"format": _ULAW}}
+    c.send({"type": "session.update", "event_id": "fmt", "session": {"type": "realtime", "audio": audio, **session}})
     c.recv("session.updated")
     return c
 
@@ -170,6 +173,16 @@ def full_duplex(base: str) -> str:
     _stream(c, _ulaw("weather_question_24k.wav") + _silence(1500), real_time=True)
     c.recv("response.done", timeout=60)
     _stream(c, _silence(600), real_time=True)
+    c.close()
+    return c.events[0]["session"]["id"]
+
+
+def judged_turn(base: str) -> str:
+    transcribed = {"transcription": {"model": "gpt-4o-mini-transcribe"}, "turn_detection": {"type": "semantic_vad"}}
+    c = _speech_session(base, model="duplex-es-duplex", duplex={"mode": "turn_based"}, audio={"input": {"format": _ULAW, **transcribed}, "output": {"format": _ULAW}})
+    _stream(c, _ulaw("weather_question_24k.wav") + _silence(2500), real_time=True)
+    c.recv("response.done", timeout=60)
+    c.recv("conversation.item.input_audio_transcription.completed", timeout=60)
     c.close()
     return c.events[0]["session"]["id"]
 
@@ -248,6 +261,7 @@ SCRIPTS: dict[str, Callable[[str], str]] = {
     "barge_in": barge_in,
     "function_call": function_call,
     "full_duplex": full_duplex,
+    "judged_turn": judged_turn,
     "refusals": refusals,
     "resumed": resumed,
     "world": world,

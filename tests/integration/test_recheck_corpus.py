@@ -35,7 +35,7 @@ def load(log: EventLog, name: str) -> str:
 
 def test_the_corpus_holds_small_speech_and_world_sessions():
     names = {p.stem for p in FILES}
-    assert {"spoken_turn", "barge_in", "function_call", "full_duplex", "refusals", "resumed", "world"} <= names
+    assert {"spoken_turn", "barge_in", "function_call", "full_duplex", "judged_turn", "refusals", "resumed", "world"} <= names
     assert sum(p.stat().st_size for p in FILES) < 2_000_000
 
 
