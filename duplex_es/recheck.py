@@ -135,8 +135,9 @@ class Skipped:
 @attrs.frozen
 class SessionRecheck:
     """The recheck of one session: ``events`` logged, ``rechecked`` batches re-decided (each a
-    command: a client's or the host's), ``answers`` worker answers judged, the batches decided
-    otherwise (``divergences``, in log order) and those not rechecked (``skipped``)."""
+    command: a client's or the host's), ``answers`` worker answers judged and how many got each
+    verdict today (``answer_verdicts``: ``accepted``, ``discarded: <reason>``, ...), the batches
+    decided otherwise (``divergences``, in log order) and those not rechecked (``skipped``)."""
 
     session_id: str
     kind: str
@@ -145,6 +146,7 @@ class SessionRecheck:
     answers: int
     divergences: tuple[Divergence, ...]
     skipped: tuple[Skipped, ...]
+    answer_verdicts: dict[str, int] = attrs.field(factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -189,6 +191,7 @@ def recheck_records(session_id: str, records: Sequence[Recorded]) -> SessionRech
     divergences: list[Divergence] = []
     skipped: list[Skipped] = []
     rechecked = answers = 0
+    verdicts: dict[str, int] = {}
 
     def fold_logged(batch: Sequence[Recorded]) -> None:
         nonlocal state
@@ -204,6 +207,7 @@ def recheck_records(session_id: str, records: Sequence[Recorded]) -> SessionRech
             if isinstance(head, TickAnswer):  # a worker's answer: judged as the fold goes
                 answers += 1
                 fold_logged(rest[:1])
+                verdicts[rows[-1].verdict] = verdicts.get(rows[-1].verdict, 0) + 1
                 i += 1
                 continue
             candidates = _rebuild(state, [r.event for r in rest])
@@ -238,7 +242,7 @@ def recheck_records(session_id: str, records: Sequence[Recorded]) -> SessionRech
     kind = kind_of(state).name
     at = {r.seq: k for k, r in enumerate(rows)}
     shown = [attrs.evolve(d, context=tuple(rows[max(0, at[d.seqs[0]] - CONTEXT) : at[d.seqs[-1]] + CONTEXT + 1])) for d in divergences]
-    return SessionRecheck(session_id, kind, len(records), rechecked, answers, tuple(shown), tuple(skipped))
+    return SessionRecheck(session_id, kind, len(records), rechecked, answers, tuple(shown), tuple(skipped), verdicts)
 
 
 def _redecide(state: Any, logged: Sequence[Recorded], built: _Rebuilt) -> tuple[int, Optional[tuple[tuple[str, ...], tuple[Row, ...]]]]:

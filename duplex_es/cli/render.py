@@ -165,7 +165,8 @@ def print_tamper_notes(console: Console, audits: Sequence[SessionAudit], keys: A
 
 def recheck_line(r: SessionRecheck) -> str:
     """One line per session: OK or the number of divergences, and what was covered."""
-    covered = f"{r.rechecked} batches re-decided, {r.answers} worker answers judged, {len(r.skipped)} not rechecked"
+    judged = ", ".join(f"{n} {v}" for v, n in sorted(r.answer_verdicts.items()))
+    covered = f"{r.rechecked} batches re-decided, {r.answers} worker answers judged{f' ({judged})' if judged else ''}, {len(r.skipped)} not rechecked"
     if r.ok:
         return f"{r.session_id} ({r.kind}, {r.events} events): OK — {covered}"
     return f"{r.session_id} ({r.kind}, {r.events} events): {len(r.divergences)} divergence(s) — {covered}"
@@ -212,6 +213,7 @@ def recheck_json(results: Sequence[SessionRecheck]) -> dict[str, Any]:
                 "events": r.events,
                 "rechecked": r.rechecked,
                 "answers": r.answers,
+                "answer_verdicts": r.answer_verdicts,
                 "divergences": [to_plain(d) for d in r.divergences],
                 "not_rechecked": [to_plain(s) for s in r.skipped],
             }
