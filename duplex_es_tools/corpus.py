@@ -1,5 +1,5 @@
-"""``duplex-es corpus``: (re)make the recorded sessions that ``make test`` rechecks
-(``tests/corpus/*.jsonl``; docs/replay.md, "Rechecking history").
+"""The recorded sessions that ``make test`` rechecks (``tests/corpus/*.jsonl``; docs/replay.md,
+"Rechecking history"), remade by ``scripts/make_corpus.py``.
 
 Runs ``serve`` and ``worker`` as OS processes on a new SQLite file, plays a few scripted sessions
 against them over real WebSockets with the shared speech fixtures, and exports each session's
@@ -30,7 +30,6 @@ from __future__ import annotations
 import base64
 import json
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -59,13 +58,13 @@ class _Client:
 
         self.ws = connect(url, max_size=None)
         self.events: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
 
     def send(self, obj: Any) -> None:
         self.ws.send(obj if isinstance(obj, str) else json.dumps(obj))
 
     def recv(self, kind: str, timeout: float = 60.0, after: int = 0, **match: Any) -> dict[str, Any]:
-        """The first event of type ``kind`` (from index ``after``) whose fields equal ``match``."""
+        """The first event of type ``kind`` (from index ``after``) whose fields equal ``match``
+        (``a__b`` names the field ``b`` of the object ``a``)."""
         deadline = time.monotonic() + timeout
         while True:
             for ev in self.events[after:]:
