@@ -155,3 +155,26 @@ def test_a_lowered_world_queue_limit_refuses_an_interaction_the_log_accepted(sql
     assert first.command == "session.interaction [2]"
     assert [(r.type, r.verdict) for r in first.logged] == [("world.interaction.accepted", "accepted")]
     assert [(r.type, r.verdict) for r in first.decided] == [("world.interaction.rejected", "rejected: queue_full")]
+
+
+def test_a_changed_pump_rule_shows_at_the_reaction_the_server_decided(sqlite_log: EventLog, monkeypatch):
+    """The server's own decisions are re-decided too: a pump that now ends a completed response
+    ``incomplete`` diverges at the ``response.done`` the log holds."""
+    from duplex_es.events import ResponseDone
+
+    session_id = load(sqlite_log, "function_call")
+    pump = DECIDERS[c.Pump]
+
+    def cut_short(cmd, state):  # noqa: ANN001, ANN202 - the changed rule
+        return [
+            attrs.evolve(e, status="incomplete", reason="max_output_tokens") if isinstance(e, ResponseDone) and e.status == "completed" else e
+            for e in pump(cmd, state)
+        ]
+
+    monkeypatch.setitem(DECIDERS, c.Pump, cut_short)
+    (result,) = recheck_log(sqlite_log, [session_id])
+    assert len(result.divergences) == 2  # both responses of the session
+    first = result.divergences[0]
+    assert first.command == "session.pump"
+    assert [r.type for r in first.logged] == ["response.done"]
+    assert first.differences == (f"seq {first.seq} response.done: reason: log None, current 'max_output_tokens'; status: log 'completed', current 'incomplete'",)
