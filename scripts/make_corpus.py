@@ -1,7 +1,7 @@
 """Remake the recorded sessions ``make test`` rechecks (``tests/corpus/*.jsonl``): real
 ``serve`` and ``worker`` processes on a new SQLite file, the scripted sessions of
 :mod:`duplex_es_tools.corpus` over real WebSockets with the shared speech fixtures, each
-session exported as JSON Lines. About 30 s (the full-duplex session streams at real time).
+session exported as JSON Lines. About 30 s (the full-duplex sessions stream at real time).
 
     .venv/bin/python scripts/make_corpus.py [NAME ...]     # default: every session
 
