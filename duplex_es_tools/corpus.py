@@ -121,6 +121,7 @@ def _speech_session(base: str, model: str = "gpt-realtime", **session: Any) -> _
 
 
 def spoken_turn(base: str) -> str:
+    """Play the ``spoken_turn`` session against the server at ``base`` (``ws://host:port``); its id."""
     c = _speech_session(base)
     _stream(c, _ulaw("weather_question_24k.wav") + _silence(1000))
     done = c.recv("response.done")["response"]
@@ -131,6 +132,7 @@ def spoken_turn(base: str) -> str:
 
 
 def barge_in(base: str) -> str:
+    """Play the ``barge_in`` session; its id."""
     c = _speech_session(base)
     _stream(c, _ulaw("weather_question_24k.wav") + _silence(1000))
     first = c.recv("response.output_audio.delta")
@@ -154,6 +156,7 @@ _WEATHER_TOOL = {
 
 
 def function_call(base: str) -> str:
+    """Play the ``function_call`` session; its id."""
     c = _speech_session(base, output_modalities=["text"], tools=[_WEATHER_TOOL], tool_choice="auto")
     c.send({"type": "conversation.item.create", "event_id": "ask", "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "What is the weather in Paris?"}]}})
     c.send({"type": "response.create", "event_id": "r1"})
@@ -168,6 +171,7 @@ def function_call(base: str) -> str:
 
 
 def full_duplex(base: str) -> str:
+    """Play the ``full_duplex`` session (about 10 s at real time); its id."""
     c = _speech_session(base, model="duplex-es-duplex")
     _stream(c, _ulaw("weather_question_24k.wav") + _silence(1500), real_time=True)
     c.recv("response.done", timeout=60)
@@ -177,6 +181,7 @@ def full_duplex(base: str) -> str:
 
 
 def judged_turn(base: str) -> str:
+    """Play the ``judged_turn`` session (about 8 s at real time); its id."""
     transcribed = {"transcription": {"model": "gpt-4o-mini-transcribe"}, "turn_detection": {"type": "semantic_vad"}}
     c = _speech_session(base, model="duplex-es-duplex", duplex={"mode": "turn_based"}, audio={"input": {"format": _ULAW, **transcribed}, "output": {"format": _ULAW}})
     _stream(c, _ulaw("weather_question_24k.wav") + _silence(2500), real_time=True)
@@ -187,6 +192,7 @@ def judged_turn(base: str) -> str:
 
 
 def refusals(base: str) -> str:
+    """Play the ``refusals`` session; its id."""
     c = _speech_session(base, output_modalities=["text"])
     c.send("{this is not json")
     c.recv("error")
@@ -217,6 +223,7 @@ def refusals(base: str) -> str:
 
 
 def resumed(base: str) -> str:
+    """Play the ``resumed`` session; its id."""
     c = _speech_session(base)
     session_id, token = c.events[0]["session"]["id"], c.events[0]["resume_token"]
     c.send({"type": "response.create", "event_id": "talk"})
@@ -236,6 +243,7 @@ def resumed(base: str) -> str:
 
 
 def world(base: str) -> str:
+    """Play the ``world`` session; its id."""
     c = _Client(f"{base}/v1/world")
     c.send({"type": "session.start", "prompt": "green hills by the sea", "seed": 7, "width": 48, "height": 32, "fps": 8, "frames_per_chunk": 2, "max_chunks": 4, "pacing": "fast"})
     session_id = c.recv("session.started")["session_id"]
