@@ -178,3 +178,12 @@ def test_a_changed_pump_rule_shows_at_the_reaction_the_server_decided(sqlite_log
     assert first.command == "session.pump"
     assert [r.type for r in first.logged] == ["response.done"]
     assert first.differences == (f"seq {first.seq} response.done: reason: log None, current 'max_output_tokens'; status: log 'completed', current 'incomplete'",)
+
+
+def test_an_import_names_the_line_that_is_not_an_exported_event(sqlite_url: str, tmp_path: Path, capsys):
+    lines = (CORPUS / "refusals.jsonl").read_text(encoding="utf-8").splitlines()
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join([lines[0], lines[2]]) + "\n", encoding="utf-8")  # seq 2 is missing
+    assert main(["import", "--db", sqlite_url, str(broken)]) != 0
+    err = capsys.readouterr().err
+    assert "line 2: session sess_" in err and "goes from seq 1 to 3" in err
