@@ -76,7 +76,8 @@ def import_jsonl(log: EventLog, lines: Iterable[str]) -> dict[str, int]:
     same ``recorded_at_us`` in a row) are appended together again, so the batches a command
     wrote stay recognisable (``replay --recheck`` needs them); the new rows get this log's
     times and hash chain. Ticks are queued as on any append: a worker on ``log`` would claim the
-    ones the export left unanswered.
+    ones the export left unanswered. Batches are appended one by one: a file refused halfway
+    leaves the batches before the bad line in ``log``.
 
     Returns:
         session id → events appended, in the file's order.
