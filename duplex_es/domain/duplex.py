@@ -13,12 +13,18 @@ applied by exactly one committed unit (docs/architecture.md, I5).
 User speech that begins while the model holds the turn goes through the overlap policy
 (``overlap``): ``barge_in`` cancels the turn (``turn_detected``) and the speech reaches the model
 in the next unit; ``listen`` lets the model go on. Each decision is an ``overlap.decided`` event.
+What the model heard during its turn goes into the next user item, as what it heard before.
+
+A *backchannel* (``backchannel``: "Mm-hm." while the user keeps talking) is a whole response
+in one output that leaves the user's utterance uncommitted; one that breaks those rules fails
+its unit with ``invalid_engine_backchannel``.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Optional
 
+from duplex_es.domain.errors import Code
 from duplex_es.domain.playback import refresh_transcripts
 from duplex_es.domain.replace import replace
 from duplex_es.domain.rules import grow_item, put_item, put_response
@@ -48,6 +54,7 @@ __all__ = [
     "overlap_on_stop",
     "end_drop",
     "unit_verdict",
+    "backchannel_breach",
     "requeue",
     "evolve_unit_issued",
     "evolve_unit_output",
@@ -92,6 +99,7 @@ def _inputs(state: SessionState) -> SpeechInputs:
         tools=cfg.tools,
         tool_choice=cfg.tool_choice,
         parallel_tool_calls=cfg.parallel_tool_calls,
+        backchannels=cfg.backchannels,
     )
 
 
@@ -274,6 +282,22 @@ def unit_verdict(state: SessionState, ev: UnitOutput | UnitFailed) -> Verdict:
     return judge_echo(live, ev, epoch=state.epoch)
 
 
+def backchannel_breach(state: SessionState, ev: UnitOutput) -> Optional[str]:
+    """Why an accepted output's backchannel breaks its rules, or ``None`` (docs/duplex.md,
+    "Backchannels"): a backchannel is a whole response of its own — it speaks, ends its turn
+    (``end_of_turn``) in the same output, and comes only while the model holds no turn. A
+    breach fails the unit with ``invalid_engine_backchannel`` (:func:`evolve_unit_output`)."""
+    if not ev.backchannel:
+        return None
+    if state.duplex.response_id is not None:
+        return "a backchannel while the model's turn is open"
+    if not (ev.audio or ev.text_delta):
+        return "a backchannel that says nothing"
+    if not ev.end_of_turn:
+        return "a backchannel without end_of_turn: it must be a whole turn of its own"
+    return None
+
+
 # ---------------------------------------------------------------------------------- evolvers
 
 
@@ -307,6 +331,9 @@ def evolve_unit_output(ev: UnitOutput, state: SessionState, seq: int) -> Session
         return state
     if verdict.kind == "rejected":
         return _fail(state, "tick_identity_mismatch", "engine output does not echo its unit")
+    breach = backchannel_breach(state, ev)
+    if breach is not None:  # as if the engine had failed on the unit: what it said is dropped
+        return _unit_failed(state, Code.INVALID_BACKCHANNEL, breach)
     d = state.duplex
     d = replace(
         d,
@@ -317,13 +344,14 @@ def evolve_unit_output(ev: UnitOutput, state: SessionState, seq: int) -> Session
         continue_turn=ev.continue_turn,
         processed=d.processed + len(d.unit_seqs),
         muted=tuple(s for s in d.muted if s not in d.unit_seqs) if d.muted else (),
-        turn_audio=d.turn_audio + d.unit_segments if d.response_id is None else d.turn_audio,
+        # Heard while the model spoke too (overlap "listen"): the next user item holds it.
+        turn_audio=d.turn_audio + tuple(s for s in d.unit_segments if s.seq not in d.muted),
         turn_transcript=d.turn_transcript + ev.user_transcript_delta,
     )
     state = replace(state, duplex=d)
     if ev.audio or ev.text_delta:
         if d.response_id is None:
-            state = _open_turn(state, ev.request_id)
+            state = _open_turn(state, ev.request_id, backchannel=ev.backchannel)
         state = _speak(state, ev, seq)
     if ev.end_of_turn and state.duplex.response_id is not None:
         resp = state.responses[state.duplex.response_id]
@@ -336,11 +364,15 @@ def evolve_unit_failed(ev: UnitFailed, state: SessionState, seq: int) -> Session
     verdict = unit_verdict(state, ev)
     if verdict.kind == "discarded":
         return state
+    return _unit_failed(state, ev.code, ev.message)
+
+
+def _unit_failed(state: SessionState, code: str, message: str) -> SessionState:
+    """The unit in flight failed with ``code``: it answered its appends (the model will not
+    hear them again: retrying a failing step would fail again); the open turn, if any, fails."""
     d = state.duplex
-    # The failed unit answered its appends (the model will not hear them again: retrying a
-    # failing step would fail again); the open turn, if any, fails.
     state = replace(state, duplex=replace(d, unit=None, unit_seqs=(), unit_segments=(), processed=d.processed + len(d.unit_seqs)))
-    return _fail(state, ev.code, ev.message)
+    return _fail(state, code, message)
 
 
 def _fail(state: SessionState, code: str, message: str) -> SessionState:
@@ -364,14 +396,15 @@ def end_drop(state: SessionState, item_id: str) -> SessionState:
     return replace(state, duplex=replace(d, drop_item=None)) if d.drop_item is not None and d.drop_item == item_id else state
 
 
-def _open_turn(state: SessionState, request_id: str) -> SessionState:
-    """The model starts to speak: what it heard of the user since its last turn becomes a user
-    item, and its turn a response (ids derived from the unit that opened it)."""
+def _open_turn(state: SessionState, request_id: str, *, backchannel: bool = False) -> SessionState:
+    """The model starts to speak: what it heard of the user since the last user item becomes a
+    user item, and its turn a response (ids derived from the unit that opened it). A
+    ``backchannel`` leaves the user's utterance going on: no user item, nothing reset."""
     cfg = state.config
     assert cfg is not None
     d = state.duplex
     suffix = _suffix(request_id)
-    if d.turn_audio:
+    if d.turn_audio and not backchannel:
         user = Item(
             id=d.turn_item_id or "item_u" + suffix,
             role="user",
@@ -393,6 +426,7 @@ def _open_turn(state: SessionState, request_id: str) -> SessionState:
         output_format=cfg.output_format,
         by_units=True,
         started_at_sample=state.input_clock,
+        backchannel=backchannel,
     )
     item = Item(
         id=item_id,
@@ -403,7 +437,9 @@ def _open_turn(state: SessionState, request_id: str) -> SessionState:
         audio_format=cfg.output_format,
     )
     state = put_item(put_response(state, resp), item)
-    duplex = replace(state.duplex, response_id=response_id, turn_audio=(), turn_transcript="", turn_item_id=None)
+    duplex = replace(state.duplex, response_id=response_id)
+    if not backchannel:
+        duplex = replace(duplex, turn_audio=(), turn_transcript="", turn_item_id=None)
     return replace(state, active_response_id=response_id, duplex=duplex, idle_since_sample=None)
 
 

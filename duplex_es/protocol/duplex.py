@@ -9,7 +9,9 @@ item's opening); its audio and transcript deltas, or ``response.listen`` with th
 last, one ``input_audio_buffer.processed`` per append the unit applied, in input order — after
 the output those appends caused. The vLLM-Omni events (``response.speak``, ``response.listen``,
 ``overlap.decision``, ``input_audio_buffer.processed``) go out only to a session that asked for
-them (``duplex.extension_events``).
+them (``duplex.extension_events``). A backchannel is a response as any other on the wire (GA
+clients play it); its ``response.speak`` says ``"backchannel": true``. An output that breaks the
+backchannel rules is projected as a failed unit.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from duplex_es.domain.audio import ms_of
-from duplex_es.domain.duplex import unit_verdict
+from duplex_es.domain.duplex import backchannel_breach, unit_verdict
+from duplex_es.domain.errors import Code
 from duplex_es.domain.state import SessionState
 from duplex_es.events import OverlapDecided, UnitFailed, UnitOutput
 from duplex_es.protocol.outbound import Ctx, Projection, _opening, _response_json, item_json, output_deltas
@@ -59,6 +62,9 @@ def project_unit_output(ev: UnitOutput, ctx: Ctx) -> list[dict[str, Any]]:
     before, after = ctx.before, ctx.after
     if not unit_verdict(before, ev).accepted:
         return []  # a cancelled unit's answer is logged, never sent (docs/architecture.md, I7)
+    breach = backchannel_breach(before, ev)
+    if breach is not None:  # the unit failed: nothing it said is sent (the turn's end is the pump's)
+        return _failed(ctx, Code.INVALID_BACKCHANNEL)
     out: list[dict[str, Any]] = []
     if ev.user_transcript_delta and before.duplex.turn_item_id:
         out.append(
@@ -86,7 +92,8 @@ def project_unit_output(ev: UnitOutput, ctx: Ctx) -> list[dict[str, Any]]:
             ]
         out.append({"type": "response.created", "response": _response_json(after, resp)})
         if _extensions(after):
-            out.append({"type": "response.speak", "response_id": resp.id})
+            speak = {"type": "response.speak", "response_id": resp.id}
+            out.append({**speak, "backchannel": True} if resp.backchannel else speak)
         out += _opening(after, resp, after.items[resp.item_ids[0]])
     if speaks and resp is not None:
         out += output_deltas(resp, after.items[resp.item_id], ev.audio, ev.text_delta)
@@ -98,9 +105,13 @@ def project_unit_output(ev: UnitOutput, ctx: Ctx) -> list[dict[str, Any]]:
 
 
 def project_unit_failed(ev: UnitFailed, ctx: Ctx) -> list[dict[str, Any]]:
-    if not unit_verdict(ctx.before, ev).accepted or not _extensions(ctx.after):
-        return []
-    return _processed(ctx.before, ctx.before.duplex.unit_seqs, "failed", ev.code)
+    return _failed(ctx, ev.code) if unit_verdict(ctx.before, ev).accepted else []
+
+
+def _failed(ctx: Ctx, code: str) -> list[dict[str, Any]]:
+    """The unit in flight failed with ``code``: its appends are answered ``failed`` (vLLM-Omni's
+    events only; a GA client learns of it from the open turn's ``response.done``, if any)."""
+    return _processed(ctx.before, ctx.before.duplex.unit_seqs, "failed", code) if _extensions(ctx.after) else []
 
 
 def project_overlap_decided(ev: OverlapDecided, ctx: Ctx) -> list[dict[str, Any]]:

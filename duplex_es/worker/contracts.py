@@ -98,6 +98,7 @@ def unit_output_events(session_id: str, engine_name: str, out: UnitOutputs) -> l
             engine=engine_name,
             usage=out.usage,
             continue_turn=out.continue_turn,
+            backchannel=out.backchannel,
         )
     ]
 

@@ -146,7 +146,10 @@ class UnitOutputs:
     its turn. ``user_transcript_delta`` adds to what it heard of the user's utterance;
     ``engine_state`` (JSON values) is what the next unit starts from — a worker that takes the
     session over continues from it. ``continue_turn``: step it again on the audio clock's pace
-    even if no input comes (it is judging the end of the user's turn; silence units)."""
+    even if no input comes (it is judging the end of the user's turn; silence units).
+    ``backchannel``: the speech is a short acknowledgement while the user keeps the turn — a
+    whole response (with ``end_of_turn``, and only while no turn of the model is open) that
+    does not commit the user's utterance (docs/duplex.md, "Backchannels")."""
 
     echo: TickIdentity
     listen_reason: Optional[str] = None
@@ -158,6 +161,7 @@ class UnitOutputs:
     engine_state: Optional[dict] = None
     usage: Optional[TokenUsage] = None
     continue_turn: bool = False
+    backchannel: bool = False
 
 
 class EngineError(DuplexError):

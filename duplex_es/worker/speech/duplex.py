@@ -1,17 +1,28 @@
 """The reference full-duplex engine: a deterministic listening agent on the CPU (docs/duplex.md,
 "The reference engine").
 
-It hears every unit of the session's input. While the user speaks it listens, and every
-:data:`PARTIAL_EVERY_MS` of new speech it decodes the utterance so far with pocketsphinx and
-reports the words beyond those already reported (user transcript deltas). It judges the end of
-the user's turn from the pauses and the words: :data:`END_SILENCE_MS` of silence after at least
-:data:`MIN_SPEECH_MS` of speech — twice as long when the last word heard leaves the sentence
-open (``and``, ``but``, ``um``, ...). Then it answers as the cascade echo agent does
-("You said: ..."), spoken by espeak-ng and streamed :data:`REPLY_CHUNK_MS` per unit (about twice
-real time at 200 ms units, as a GPU model streams; twice the unit's length for longer units),
-and ends its turn with the last chunk. Partial decodes stop at :data:`PARTIAL_UNTIL_MS` of
-speech and a turn ends at :data:`MAX_TURN_SPEECH_MS` (each decode reads the whole utterance). Speech
-is told from silence by frame energy (10 ms frames above :data:`SPEECH_DBFS`).
+It hears every unit of the session's input, while it speaks too. While the user speaks it
+listens, and every :data:`PARTIAL_EVERY_MS` of new speech it decodes the utterance so far with
+pocketsphinx and reports the words beyond those already reported (user transcript deltas). It
+judges the end of the user's turn from the pauses and the words: :data:`END_SILENCE_MS` of
+silence after at least :data:`MIN_SPEECH_MS` of speech — twice as long when the last word heard
+leaves the sentence open (``and``, ``but``, ``um``, ...). Then it answers as the cascade echo
+agent does ("You said: ..."), spoken by espeak-ng and streamed :data:`REPLY_CHUNK_MS` per unit
+(about twice real time at 200 ms units, as a GPU model streams; twice the unit's length for
+longer units), and ends its turn with the last chunk. Partial decodes stop at
+:data:`PARTIAL_UNTIL_MS` of speech and a turn ends at :data:`MAX_TURN_SPEECH_MS` (each decode
+reads the whole utterance). Speech is told from silence by frame energy (10 ms frames above
+:data:`SPEECH_DBFS`).
+
+**Listening while it speaks.** User speech over its turn that the session lets through
+(``duplex.overlap`` ``listen``) goes on accumulating, with partial decodes, while the reply
+streams; once its turn is over it judges that utterance as any other (the end of the user's turn
+→ the next reply). A barge-in drops the reply and keeps what it heard.
+
+**Backchannels** (``duplex.backchannels``, off by default). After every
+:data:`BACKCHANNEL_EVERY_MS` of speech in the user's utterance, at the first pause of at least
+:data:`BACKCHANNEL_PAUSE_MS` that does not end the turn, it says :data:`BACKCHANNEL` — the whole
+clip in one output, ``end_of_turn`` and ``backchannel`` — and listens on to the same utterance.
 
 Everything it needs between units is in its state (JSON, carried by the log from unit to unit):
 the utterance's audio segments, what it reported, and while speaking the reply's text and the next
@@ -26,6 +37,7 @@ import math
 from collections import OrderedDict
 from typing import Any
 
+import attrs
 import numpy as np
 
 from duplex_es.audio import decode_to_pcm16, encode_from_pcm16
@@ -45,6 +57,9 @@ __all__ = [
     "REPLY_CHUNK_MS",
     "SPEECH_DBFS",
     "OPEN_ENDINGS",
+    "BACKCHANNEL",
+    "BACKCHANNEL_EVERY_MS",
+    "BACKCHANNEL_PAUSE_MS",
 ]
 
 log = logging.getLogger(__name__)
@@ -76,6 +91,16 @@ SPEECH_DBFS = -38.0
 #: Last words that leave a sentence open: the pause that ends the turn is twice as long.
 OPEN_ENDINGS = frozenset({"and", "but", "or", "so", "because", "um", "uh", "the", "a", "to", "of", "with", "if", "then"})
 
+#: What it says to acknowledge the user while they keep talking (``duplex.backchannels``).
+BACKCHANNEL = "Mm-hm."
+
+#: Speech (ms of the current utterance) between two backchannels.
+BACKCHANNEL_EVERY_MS = 4000
+
+#: The pause (ms) that, once :data:`BACKCHANNEL_EVERY_MS` of speech went by, it acknowledges;
+#: shorter than :data:`END_SILENCE_MS`, so the turn goes on.
+BACKCHANNEL_PAUSE_MS = 300
+
 _FRAME_MS = 10
 _THRESHOLD = 32768 * 10 ** (SPEECH_DBFS / 20)
 
@@ -91,7 +116,8 @@ def _voiced_frames(pcm: np.ndarray, rate: int) -> list[bool]:
 
 
 class FullDuplexEngine:
-    """Listens to every unit and decides when to talk (tick kind ``duplex``).
+    """Listens to every unit, its own turns included, and decides when to talk (tick kind
+    ``duplex``).
 
     Args:
         recognizer: a :class:`~duplex_es.worker.speech.asr.Recognizer` to share with the other
@@ -109,66 +135,80 @@ class FullDuplexEngine:
         self._asr = recognizer or Recognizer()
         self._tts = Synthesizer()
         self.reply_chunk_ms = reply_chunk_ms
-        self._replies: OrderedDict[tuple, tuple[str, bytes, tuple[tuple[int, int], ...], int]] = OrderedDict()
+        self._spoken: OrderedDict[tuple, _Plan] = OrderedDict()
 
     # -------------------------------------------------------------------------------- state
 
     @staticmethod
     def _fresh() -> dict[str, Any]:
-        return {"phase": "listening", "speech_ms": 0, "silence_ms": 0, "utterance": [], "heard": "", "partial_at_ms": 0}
+        """Listening, with no utterance: ``speech_ms`` / ``silence_ms`` of the utterance (its
+        speech, the quiet since its last voiced frame), its ``utterance`` segments, the words
+        ``heard`` (reported), the speech at the last partial decode and at the last backchannel."""
+        return {"phase": "listening", "speech_ms": 0, "silence_ms": 0, "utterance": [], "heard": "", "partial_at_ms": 0, "backchannel_at_ms": 0}
+
+    @classmethod
+    def _listening(cls, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` back to listening, keeping the utterance it is hearing (the reply dropped)."""
+        return {k: state[k] for k in cls._fresh()} | {"phase": "listening"}
 
     def step(self, ctx: UnitContext) -> UnitOutputs:
-        """Hear one unit; listen, or speak the next chunk of the reply."""
+        """Hear one unit; then listen, acknowledge, or speak the next chunk of the reply."""
         tick = ctx.tick
         inputs = tick.inputs
-        state = dict(tick.engine_state) if tick.engine_state else self._fresh()
+        # Defaults first: a state written before a field existed (a take-over) still steps.
+        state = {**self._fresh(), **tick.engine_state} if tick.engine_state else self._fresh()
         if state["phase"] == "speaking" and tick.response_id is None:
-            state = self._fresh()  # the user barged in: the turn is gone, listen again
+            state = self._listening(state)  # the user barged in: the turn is gone, what they said stays
         fmt = inputs.input_format
         raw = ctx.read_audio(tick.audio) if tick.audio else b""
         pcm = decode_to_pcm16(raw, fmt.type) if raw else np.zeros(0, dtype="<i2")
         unit_ms = len(pcm) * 1000 // fmt.rate + tick.silence_ms  # a silence unit is quiet time
-        if state["phase"] == "speaking":
-            return self._speak(ctx, state)
-        frames = _voiced_frames(pcm, fmt.rate) if len(pcm) else []
+        if not self._hear(state, pcm, fmt.rate, unit_ms, tick.audio):
+            if state["phase"] == "speaking":
+                return self._speak(ctx, state, unit_ms, "")
+            return UnitOutputs(echo=ctx.identity, listen_reason="silence", engine_state=state)
+        delta = ""
+        if state["speech_ms"] - state["partial_at_ms"] >= PARTIAL_EVERY_MS and state["speech_ms"] <= PARTIAL_UNTIL_MS:
+            delta = self._heard_more(ctx, state)
+            state["partial_at_ms"] = state["speech_ms"]
+        verdict = _judge(state, (state["heard"] + delta).split())
+        if verdict == "noise":  # a click or a cough: forget it
+            state = {**state, **self._fresh(), "phase": state["phase"]}
+        if state["phase"] == "speaking":  # it hears the user, and answers once its turn is over
+            return self._speak(ctx, state, unit_ms, delta)
+        if verdict == "noise":
+            return UnitOutputs(echo=ctx.identity, listen_reason="noise", engine_state=state)
+        if verdict != "end_of_turn":
+            if inputs.backchannels and _backchannel_due(state):
+                state["backchannel_at_ms"] = state["speech_ms"]
+                return self._backchannel(ctx, state, delta)
+            # Ask for the quiet that follows even if the client stops sending (silence units).
+            return UnitOutputs(echo=ctx.identity, listen_reason=verdict, user_transcript_delta=delta, engine_state=state, continue_turn=True)
+        # The user's turn ended: hear the whole utterance, then start the reply.
+        delta += self._heard_more(ctx, state, final=True)
+        reply = {**self._fresh(), "phase": "speaking", "transcript": state["heard"], "at_ms": 0}
+        return self._speak(ctx, reply, unit_ms, delta)
+
+    def _hear(self, state: dict[str, Any], pcm: np.ndarray, rate: int, unit_ms: int, audio: tuple[AudioSegment, ...]) -> bool:
+        """Add the unit (``unit_ms`` long, ``audio`` its segments) to the utterance in ``state``:
+        its speech, and the quiet since the last voiced frame. ``False`` when it holds no speech
+        and no utterance is going on (nothing to hear)."""
+        frames = _voiced_frames(pcm, rate) if len(pcm) else []
         voiced = sum(frames) * _FRAME_MS
-        segments = [[s.seq, s.offset, s.samples] for s in tick.audio]
+        if not voiced and not state["utterance"]:
+            return False
+        state["utterance"] = state["utterance"] + [[s.seq, s.offset, s.samples] for s in audio]
         if voiced:
             trailing = 0
             for v in reversed(frames):
                 if v:
                     break
                 trailing += _FRAME_MS
-            state["utterance"] = state["utterance"] + segments
             state["speech_ms"] += voiced
             state["silence_ms"] = trailing
-        elif state["utterance"]:
-            state["utterance"] = state["utterance"] + segments
-            state["silence_ms"] += unit_ms
         else:
-            return UnitOutputs(echo=ctx.identity, listen_reason="silence", engine_state=state)
-        delta = ""
-        if state["speech_ms"] - state["partial_at_ms"] >= PARTIAL_EVERY_MS and state["speech_ms"] <= PARTIAL_UNTIL_MS:
-            delta = self._heard_more(ctx, state)
-            state["partial_at_ms"] = state["speech_ms"]
-        if state["speech_ms"] < MIN_SPEECH_MS:
-            if state["silence_ms"] >= END_SILENCE_MS:  # a click or a cough: forget it
-                return UnitOutputs(echo=ctx.identity, listen_reason="noise", engine_state=self._fresh())
-            return UnitOutputs(echo=ctx.identity, listen_reason="user_speaking", user_transcript_delta=delta, engine_state=state, continue_turn=True)
-        words = (state["heard"] + delta).split()
-        needed = END_SILENCE_MS * (2 if words and words[-1] in OPEN_ENDINGS else 1)
-        if state["silence_ms"] < needed and state["speech_ms"] < MAX_TURN_SPEECH_MS:
-            reason = "user_speaking" if state["silence_ms"] < 200 else "waiting_for_end_of_turn"
-            # Ask for the quiet that follows even if the client stops sending (silence units).
-            return UnitOutputs(echo=ctx.identity, listen_reason=reason, user_transcript_delta=delta, engine_state=state, continue_turn=True)
-        # The user's turn ended: hear the whole utterance, then start the reply.
-        delta += self._heard_more(ctx, state, final=True)
-        state = {"phase": "speaking", "transcript": state["heard"], "at_ms": 0}
-        out = self._speak(ctx, state)
-        return UnitOutputs(
-            echo=out.echo, audio=out.audio, text_delta=out.text_delta, marks=out.marks, end_of_turn=out.end_of_turn,
-            user_transcript_delta=delta, engine_state=out.engine_state,
-        )
+            state["silence_ms"] += unit_ms
+        return True
 
     def _heard_more(self, ctx: UnitContext, state: dict[str, Any], *, final: bool = False) -> str:
         """Decode the utterance so far and report the words beyond those already reported. A
@@ -188,54 +228,100 @@ class FullDuplexEngine:
         state["heard"] = " ".join(reported + new)
         return (" " if reported else "") + " ".join(new)
 
-    def _reply(self, transcript: str, inputs: SpeechInputs) -> tuple[str, bytes, tuple[tuple[int, int], ...], int]:
-        """The reply to ``transcript``: its text, audio in the output format, word marks
-        ``(char offset, ms)`` and length (ms) — computed once per worker, then cached."""
+    def _plan(self, text: str, inputs: SpeechInputs) -> _Plan:
+        """``text`` spoken in the session's voice and output format: its audio, word marks
+        ``(char offset, ms)`` and length (ms) — computed once per worker, then cached (the
+        backchannel, the same every time, is synthesized once)."""
         fmt = inputs.output_format
-        key = (transcript, inputs.voice, inputs.speed, fmt.type, fmt.rate, tuple(inputs.output_modalities))
-        hit = self._replies.get(key)
+        key = (text, inputs.voice, inputs.speed, fmt.type, fmt.rate, tuple(inputs.output_modalities))
+        hit = self._spoken.get(key)
         if hit is not None:
-            self._replies.move_to_end(key)
+            self._spoken.move_to_end(key)
             return hit
-        text = reply_text(transcript, "")
         if "audio" not in inputs.output_modalities:
-            plan = (text, b"", (), 0)
+            plan = _Plan(text, b"", (), 0)
         else:
             if inputs.voice not in ESPEAK_VOICES:
                 raise EngineError("unsupported_voice", f"the reference engine has no voice {inputs.voice!r}")
             speech = self._tts.synthesize(text, fmt.rate, inputs.voice, inputs.speed)
             audio = encode_from_pcm16(np.frombuffer(speech.pcm, dtype="<i2"), fmt.type)
-            plan = (text, audio, tuple((m.char_offset, m.audio_ms) for m in speech.marks), speech.duration_ms)
-        self._replies[key] = plan
-        while len(self._replies) > 64:
-            self._replies.popitem(last=False)
+            plan = _Plan(text, audio, tuple((m.char_offset, m.audio_ms) for m in speech.marks), speech.duration_ms)
+        self._spoken[key] = plan
+        while len(self._spoken) > 64:
+            self._spoken.popitem(last=False)
         return plan
 
-    def _speak(self, ctx: UnitContext, state: dict[str, Any]) -> UnitOutputs:
+    def _speak(self, ctx: UnitContext, state: dict[str, Any], unit_ms: int, heard: str) -> UnitOutputs:
         """The next chunk of the reply, from ``state["at_ms"]``: :data:`REPLY_CHUNK_MS`, or twice
-        the unit's length when units are longer (so the reply keeps ahead of real time at any
-        chunk period); the last ends the turn."""
-        inputs = ctx.tick.inputs
-        text, audio, marks, duration = self._reply(state["transcript"], inputs)
-        tick = ctx.tick
-        unit_ms = sum(seg.samples for seg in tick.audio) * 1000 // tick.inputs.input_format.rate + tick.silence_ms
-        step = max(self.reply_chunk_ms, 2 * unit_ms)
-        if not audio:  # text only: the whole reply at once
-            return UnitOutputs(echo=ctx.identity, text_delta=text, end_of_turn=True, engine_state=self._fresh())
-        fmt = inputs.output_format
-        width = bytes_per_sample(fmt.type)
-        per_ms = fmt.rate // 1000
+        the unit's length (``unit_ms``) when units are longer (so the reply keeps ahead of real
+        time at any chunk period); the last ends the turn. ``heard``: the user's words it reports
+        with it. After the last chunk it listens on to the utterance it heard while speaking
+        (asking for the quiet that follows, if there is one)."""
+        plan = self._plan(reply_text(state["transcript"], ""), ctx.tick.inputs)
         start = state["at_ms"]
-        end = min(start + step, duration)
-        last = end >= duration
-        piece = audio[start * per_ms * width : (len(audio) if last else end * per_ms * width)]
-        c0 = _chars_at(marks, start, len(text))
-        c1 = len(text) if last else _chars_at(marks, end, len(text))
-        out_marks = tuple(Mark(text_chars=o, audio_ms=ms) for o, ms in marks if start <= ms < end)
-        if last:
-            out_marks += (Mark(text_chars=len(text), audio_ms=duration),)
-        next_state = self._fresh() if last else {**state, "at_ms": end}
-        return UnitOutputs(echo=ctx.identity, audio=piece, text_delta=text[c0:c1], marks=out_marks, end_of_turn=last, engine_state=next_state)
+        end = min(start + max(self.reply_chunk_ms, 2 * unit_ms), plan.duration_ms)  # text only: all at once
+        last = end >= plan.duration_ms
+        after = self._listening(state) if last else {**state, "at_ms": end}
+        return UnitOutputs(
+            echo=ctx.identity, **_chunk(plan, ctx.tick.inputs, start, end), end_of_turn=last, user_transcript_delta=heard,
+            engine_state=after, continue_turn=last and bool(after["utterance"]),
+        )
+
+    def _backchannel(self, ctx: UnitContext, state: dict[str, Any], heard: str) -> UnitOutputs:
+        """:data:`BACKCHANNEL` in one output, a whole turn of its own; it listens on to the same
+        utterance."""
+        plan = self._plan(BACKCHANNEL, ctx.tick.inputs)
+        return UnitOutputs(
+            echo=ctx.identity, **_chunk(plan, ctx.tick.inputs, 0, plan.duration_ms), end_of_turn=True, backchannel=True,
+            user_transcript_delta=heard, engine_state=state, continue_turn=True,
+        )
+
+
+@attrs.frozen
+class _Plan:
+    """Something to say: its text, audio in the output format (``b""`` for text only), word
+    marks ``(char offset, ms)`` and length (ms)."""
+
+    text: str
+    audio: bytes
+    marks: tuple[tuple[int, int], ...]
+    duration_ms: int
+
+
+def _chunk(plan: _Plan, inputs: SpeechInputs, start: int, end: int) -> dict[str, Any]:
+    """The audio, text and marks of ``plan`` from ``start`` to ``end`` ms (a text-only plan:
+    all of it at once); the last chunk carries the text's end and a closing mark."""
+    if not plan.audio:
+        return {"text_delta": plan.text}
+    width, per_ms = bytes_per_sample(inputs.output_format.type), inputs.output_format.rate // 1000
+    last = end >= plan.duration_ms
+    text, marks, duration = plan.text, plan.marks, plan.duration_ms
+    piece = plan.audio[start * per_ms * width : (len(plan.audio) if last else end * per_ms * width)]
+    c0 = _chars_at(marks, start, len(text))
+    c1 = len(text) if last else _chars_at(marks, end, len(text))
+    out_marks = tuple(Mark(text_chars=o, audio_ms=ms) for o, ms in marks if start <= ms < end)
+    if last:
+        out_marks += (Mark(text_chars=len(text), audio_ms=duration),)
+    return {"audio": piece, "text_delta": text[c0:c1], "marks": out_marks}
+
+
+def _judge(state: dict[str, Any], words: list[str]) -> str:
+    """Where the user's utterance stands: ``noise`` (too little speech, then quiet: a click, a
+    cough), ``user_speaking``, ``waiting_for_end_of_turn`` (a pause, not long enough yet) or
+    ``end_of_turn`` (:data:`END_SILENCE_MS` of quiet, twice as long after an open ending; or
+    :data:`MAX_TURN_SPEECH_MS` of speech)."""
+    if state["speech_ms"] < MIN_SPEECH_MS:
+        return "noise" if state["silence_ms"] >= END_SILENCE_MS else "user_speaking"
+    needed = END_SILENCE_MS * (2 if words and words[-1] in OPEN_ENDINGS else 1)
+    if state["silence_ms"] < needed and state["speech_ms"] < MAX_TURN_SPEECH_MS:
+        return "user_speaking" if state["silence_ms"] < 200 else "waiting_for_end_of_turn"
+    return "end_of_turn"
+
+
+def _backchannel_due(state: dict[str, Any]) -> bool:
+    """A pause of :data:`BACKCHANNEL_PAUSE_MS` (one that does not end the turn) after
+    :data:`BACKCHANNEL_EVERY_MS` of speech since the utterance began or the last backchannel."""
+    return state["speech_ms"] - state["backchannel_at_ms"] >= BACKCHANNEL_EVERY_MS and state["silence_ms"] >= BACKCHANNEL_PAUSE_MS
 
 
 def _chars_at(marks: tuple[tuple[int, int], ...], ms: int, length: int) -> int:
