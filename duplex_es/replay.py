@@ -218,6 +218,7 @@ def summarize(ev: Event, *, call_arguments: Optional[str] = None) -> str:
             what = _call_chunk(ev, call_arguments).strip() + (" end_of_turn" if ev.end_of_turn else "")
         elif ev.audio or ev.text_delta:
             what = f"speak audio={len(ev.audio) * 3 // 4} bytes text={ev.text_delta[:30]!r}" + (" end_of_turn" if ev.end_of_turn else "")
+            what = f"backchannel {what}" if ev.backchannel else what
         else:
             what = f"listen ({ev.listen_reason})"
         heard = f" heard+={ev.user_transcript_delta[:40]!r}" if ev.user_transcript_delta else ""

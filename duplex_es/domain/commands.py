@@ -145,6 +145,7 @@ class SessionPatch:
     overlap: object = UNSET  # "barge_in" | "listen" | "drop"
     barge_in_ms: object = UNSET  # int
     extension_events: object = UNSET  # bool
+    backchannels: object = UNSET  # bool
 
 
 @attrs.frozen(kw_only=True)

@@ -13,6 +13,11 @@ applied by exactly one committed unit (docs/architecture.md, I5).
 User speech that begins while the model holds the turn goes through the overlap policy
 (``overlap``): ``barge_in`` cancels the turn (``turn_detected``) and the speech reaches the model
 in the next unit; ``listen`` lets the model go on. Each decision is an ``overlap.decided`` event.
+What the model heard during its turn goes into the next user item, as what it heard before.
+
+A *backchannel* (``backchannel``: "Mm-hm." while the user keeps talking) is a whole response
+in one output that leaves the user's utterance uncommitted; one that breaks those rules fails
+its unit with ``invalid_engine_backchannel``.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ __all__ = [
     "overlap_on_stop",
     "end_drop",
     "unit_verdict",
+    "backchannel_breach",
     "requeue",
     "evolve_unit_issued",
     "evolve_unit_output",
@@ -101,6 +107,7 @@ def unit_inputs(state: SessionState) -> SpeechInputs:
         tools=cfg.tools,
         tool_choice=cfg.tool_choice,
         parallel_tool_calls=cfg.parallel_tool_calls,
+        backchannels=cfg.backchannels,
     )
 
 
@@ -384,6 +391,22 @@ def unit_call_problem(state: SessionState, ev: UnitOutput) -> Optional[str]:
     return call_problem(state, resp, ev.function_call, content, unit_new_item(state, ev))
 
 
+def backchannel_breach(state: SessionState, ev: UnitOutput) -> Optional[str]:
+    """Why an accepted output's backchannel breaks its rules, or ``None`` (docs/duplex.md,
+    "Backchannels"): a backchannel is a whole response of its own — it speaks, ends its turn
+    (``end_of_turn``) in the same output, and comes only while the model holds no turn. A
+    breach fails the unit with ``invalid_engine_backchannel`` (:func:`evolve_unit_output`)."""
+    if not ev.backchannel:
+        return None
+    if state.duplex.response_id is not None:
+        return "a backchannel while the model's turn is open"
+    if not (ev.audio or ev.text_delta):
+        return "a backchannel that says nothing"
+    if not ev.end_of_turn:
+        return "a backchannel without end_of_turn: it must be a whole turn of its own"
+    return None
+
+
 # ---------------------------------------------------------------------------------- evolvers
 
 
@@ -423,6 +446,9 @@ def evolve_unit_output(ev: UnitOutput, state: SessionState, seq: int) -> Session
         return _unit_failed(state, Code.INVALID_FUNCTION_CALL, unit_call_problem(state, ev) or "")
     if verdict.kind == "rejected":
         return _fail(state, "tick_identity_mismatch", "engine output does not echo its unit")
+    breach = backchannel_breach(state, ev)
+    if breach is not None:  # as if the engine had failed on the unit: what it said is dropped
+        return _unit_failed(state, Code.INVALID_BACKCHANNEL, breach)
     new_item = unit_new_item(state, ev)
     d = state.duplex
     d = replace(
@@ -436,13 +462,14 @@ def evolve_unit_output(ev: UnitOutput, state: SessionState, seq: int) -> Session
         continue_turn=ev.continue_turn,
         processed=d.processed + len(d.unit_seqs),
         muted=tuple(s for s in d.muted if s not in d.unit_seqs) if d.muted else (),
-        turn_audio=d.turn_audio + d.unit_segments if d.response_id is None else d.turn_audio,
+        # Heard while the model spoke too (overlap "listen"): the next user item holds it.
+        turn_audio=d.turn_audio + tuple(s for s in d.unit_segments if s.seq not in d.muted),
         turn_transcript=d.turn_transcript + ev.user_transcript_delta,
     )
     state = replace(state, duplex=d)
     if ev.audio or ev.text_delta or ev.function_call is not None:
         if d.response_id is None:
-            state = _open_turn(state, ev.request_id)
+            state = _open_turn(state, ev.request_id, backchannel=ev.backchannel)
         state = _speak(state, ev, seq, new_item)
     if ev.end_of_turn and state.duplex.response_id is not None:
         resp = state.responses[state.duplex.response_id]
@@ -459,11 +486,11 @@ def evolve_unit_failed(ev: UnitFailed, state: SessionState, seq: int) -> Session
 
 
 def _unit_failed(state: SessionState, code: str, message: str) -> SessionState:
+    """The unit in flight failed with ``code``: it answered its appends and items (the model will not
+    hear them again: retrying a failing step would fail again); the open turn, if any, fails."""
     d = state.duplex
-    # The failed unit answered its appends and items (the model will not hear them again:
-    # retrying a failing step would fail again); the open turn, if any, fails.
-    d = replace(d, unit=None, unit_seqs=(), unit_segments=(), processed=d.processed + len(d.unit_seqs), unit_items=(), unit_turn_requested=False)
-    return _fail(replace(state, duplex=d), code, message)
+    state = replace(state, duplex=replace(d, unit=None, unit_seqs=(), unit_segments=(), processed=d.processed + len(d.unit_seqs), unit_items=(), unit_turn_requested=False))
+    return _fail(state, code, message)
 
 
 def _fail(state: SessionState, code: str, message: str) -> SessionState:
@@ -487,14 +514,18 @@ def end_drop(state: SessionState, item_id: str) -> SessionState:
     return replace(state, duplex=replace(d, drop_item=None)) if d.drop_item is not None and d.drop_item == item_id else state
 
 
-def _open_turn(state: SessionState, request_id: str) -> SessionState:
-    """The model starts to speak: what it heard of the user since its last turn becomes a user
-    item, and its turn a response (ids derived from the unit that opened it)."""
+def _open_turn(state: SessionState, request_id: str, *, backchannel: bool = False) -> SessionState:
+    """The model starts to speak: what it heard of the user since the last user item becomes a
+    user item, and its turn a response (ids derived from the unit that opened it). A
+    ``backchannel`` leaves the user's utterance going on: no user item, nothing reset."""
     cfg = state.config
     assert cfg is not None
     d = state.duplex
     suffix = _suffix(request_id)
-    if d.turn_audio:
+    # Silence the client streamed is no utterance: a user item is made of speech (server VAD
+    # heard some) or of words (the engine heard some); with no VAD, of any audio.
+    heard = d.turn_speech or d.turn_transcript.strip() or cfg.turn_detection is None
+    if d.turn_audio and heard and not backchannel:
         user = Item(
             id=d.turn_item_id or "item_u" + suffix,
             role="user",
@@ -517,6 +548,7 @@ def _open_turn(state: SessionState, request_id: str) -> SessionState:
         by_units=True,
         started_at_sample=state.input_clock,
         inputs=unit_inputs(state),  # what the turn's function calls are checked against
+        backchannel=backchannel,
     )
     item = Item(
         id=item_id,
@@ -527,7 +559,10 @@ def _open_turn(state: SessionState, request_id: str) -> SessionState:
         audio_format=cfg.output_format,
     )
     state = put_item(put_response(state, resp), item)
-    duplex = replace(state.duplex, response_id=response_id, turn_audio=(), turn_transcript="", turn_item_id=None)
+    duplex = replace(state.duplex, response_id=response_id)
+    if not backchannel:
+        # (Speech going on goes on into the next user item.)
+        duplex = replace(duplex, turn_audio=(), turn_transcript="", turn_item_id=None, turn_speech=state.vad.speaking)
     return replace(state, active_response_id=response_id, duplex=duplex, idle_since_sample=None)
 
 

@@ -104,6 +104,7 @@ class Code:
     TICK_IDENTITY_MISMATCH = "tick_identity_mismatch"
     ENGINE_FAILED = "engine_failed"
     INVALID_FUNCTION_CALL = "invalid_engine_function_call"  # an engine's call broke the streaming rules
+    INVALID_BACKCHANNEL = "invalid_engine_backchannel"  # a full-duplex backchannel not a whole turn of its own
 
 
 #: The Realtime ``error.type`` bucket of codes that are not ``invalid_request_error``.
@@ -111,6 +112,7 @@ ERROR_TYPES: dict[str, str] = {
     Code.TICK_IDENTITY_MISMATCH: "server_error",
     Code.ENGINE_FAILED: "server_error",
     Code.INVALID_FUNCTION_CALL: "server_error",
+    Code.INVALID_BACKCHANNEL: "server_error",
     Code.LOG_UNAVAILABLE: "server_error",
     Code.SERVER_VAD_UNAVAILABLE: "server_error",
     Code.SESSION_OPEN_FAILED: "server_error",

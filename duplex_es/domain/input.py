@@ -400,7 +400,10 @@ def evolve_text_appended(ev: TextAppended, state: SessionState, seq: int) -> Ses
 
 
 def evolve_speech_started(ev: SpeechStarted, state: SessionState, seq: int) -> SessionState:
-    # The VAD state came with the append; speech stops the idle timeout.
+    # The VAD state came with the append; speech stops the idle timeout. A full-duplex model's
+    # next user item is of speech (docs/duplex.md, "The model's answers").
+    if state.full_duplex and not state.duplex.turn_speech:
+        state = replace(state, duplex=replace(state.duplex, turn_speech=True))
     return state if state.idle_since_sample is None else replace(state, idle_since_sample=None)
 
 

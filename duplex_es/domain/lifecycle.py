@@ -271,6 +271,8 @@ def _duplex_problem(p: SessionPatch, state: SessionState) -> Optional[tuple[str,
         return Code.INVALID_EVENT, f"duplex.overlap must be one of {', '.join(OVERLAP_POLICIES)}; got {shown(p.overlap)}", "session.duplex.overlap"
     if p.extension_events is not UNSET and not isinstance(p.extension_events, bool):
         return Code.INVALID_EVENT, f"duplex.extension_events must be a boolean; got {shown(p.extension_events)}", "session.duplex.extension_events"
+    if p.backchannels is not UNSET and not isinstance(p.backchannels, bool):
+        return Code.INVALID_EVENT, f"duplex.backchannels must be a boolean; got {shown(p.backchannels)}", "session.duplex.backchannels"
     low, high = BARGE_IN_RANGE_MS
     if p.barge_in_ms is not UNSET and not (isinstance(p.barge_in_ms, int) and not isinstance(p.barge_in_ms, bool) and low <= p.barge_in_ms <= high):
         return Code.INVALID_EVENT, f"duplex.barge_in_ms must be an integer in {low}..{high}; got {shown(p.barge_in_ms)}", "session.duplex.barge_in_ms"

@@ -197,7 +197,8 @@ class Response:
     input clock when it was created (the idle timeout counts from its audio's end);
     ``input_audio_ms`` / ``input_text_chars`` the user input its first tick gave the engine.
     ``by_units``: a full-duplex model's turn, advanced by the session's units, not by ticks of
-    its own.
+    its own; ``backchannel``: such a turn that was a short acknowledgement while the user kept
+    talking (docs/duplex.md, "Backchannels").
     ``status_reason`` is its ``status_details.reason`` once it ended, and ``status_error_code``
     the real cause GA's reason cannot name (``session_expired``, ``session_closed``, or a failed
     response's error code).
@@ -236,6 +237,7 @@ class Response:
     input_audio_ms: int = 0
     input_text_chars: int = 0
     by_units: bool = False
+    backchannel: bool = False
 
     @property
     def sent_ms(self) -> int:
@@ -307,14 +309,16 @@ class DuplexState:
     long, from clock sample ``pending_start``); ``unit`` the unit in flight (its request id,
     applied seqs, segments and start); ``next_unit`` the next unit's index; ``engine_state``
     what the engine's last committed output left; ``response_id`` the model's open turn.
-    The user's current utterance — what the model heard since its last turn — is
-    ``turn_audio`` (segments), ``turn_transcript`` (the engine's deltas) and becomes user item
-    ``turn_item_id`` when the model starts to speak. ``processed`` counts the appends answered
+    The user's current utterance — what the model heard since the last user item, its own
+    turns included (less dropped speech) — is ``turn_audio`` (segments), ``turn_transcript``
+    (the engine's deltas) and becomes user item ``turn_item_id`` when the model takes the turn
+    (a backchannel does not commit it). ``processed`` counts the appends answered
     by ``input_audio_buffer.processed`` so far. ``last_unit_ms`` is when the last unit was
     issued (host clock, Unix ms), ``silent_units`` the silence units since the last real input,
     ``continue_turn`` whether the engine's last answer asked to be stepped on without input.
     ``overlap_item`` is the last speech (server VAD's item id) the overlap policy decided on;
     while ``drop_item`` speaks, appends are ``muted``: applied by their units, not heard.
+    ``turn_speech``: server VAD heard speech since the last user item.
     ``items`` are the client-created conversation items waiting for the next unit (ids, in
     order; ``unit_items`` those of the unit in flight), ``turn_requested`` whether the client
     asked for the model's turn since the last unit (``unit_turn_requested``: the unit in
@@ -343,6 +347,7 @@ class DuplexState:
     overlap_item: Optional[str] = None
     drop_item: Optional[str] = None
     muted: tuple[int, ...] = ()
+    turn_speech: bool = False
     items: tuple[str, ...] = ()
     unit_items: tuple[str, ...] = ()
     turn_requested: bool = False

@@ -171,6 +171,8 @@ class SessionConfig:
     ``listen`` or ``drop``) — docs/duplex.md. ``extension_events`` adds vLLM-Omni's full-duplex
     events (``response.listen``, ``response.speak``, ``overlap.decision``,
     ``input_audio_buffer.processed``) to the wire; off, a client sees GA events only. ``turn_modes`` are the modes the session's engine offers.
+    ``backchannels`` lets a full-duplex model say short acknowledgements ("Mm-hm.") while the
+    user keeps talking (off by default: the model speaks only when it takes the turn).
 
     The GA settings below are kept exactly as the client set them (JSON values) and echoed so:
     ``transcription`` (``audio.input.transcription``: each committed user audio item is
@@ -214,6 +216,7 @@ class SessionConfig:
     turn_modes: tuple[str, ...] = ("turn_based",)
     barge_in_ms: int = 0
     extension_events: bool = False
+    backchannels: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -346,7 +349,8 @@ class SpeechInputs:
     ``tools`` (GA function tools: ``name``, ``description``, JSON-Schema ``parameters``),
     ``tool_choice`` (``auto``, ``none``, ``required`` or ``{"type": "function", "name": ...}``)
     and ``parallel_tool_calls`` (``None``: GA's default, true: the engine may make several
-    calls in one response) — JSON as sent.
+    calls in one response) — JSON as sent. ``backchannels`` (full-duplex units only): the
+    session lets the model acknowledge the user while they keep talking (``duplex.backchannels``).
     """
 
     reply_to_item_id: Optional[str] = None
@@ -366,6 +370,7 @@ class SpeechInputs:
     tools: tuple[Any, ...] = ()
     tool_choice: Any = "auto"
     parallel_tool_calls: Optional[bool] = None
+    backchannels: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -92,7 +92,7 @@ class UnitOutput(TickAnswer):
     (``user_speaking``, ``waiting_for_end_of_turn``, ``silence``, ...). Otherwise it *speaks*:
     ``audio`` (base64, the session's output format) and ``text_delta`` with ``marks``
     (cumulative over the item, as ``tick.output``), opening a response if none is open — the
-    user's words since the last turn become a user item first. ``end_of_turn`` ends the
+    user's words since the last user item become a user item first. ``end_of_turn`` ends the
     model's turn (its response is done). ``user_transcript_delta`` adds to what the engine heard
     of the user's current utterance. ``engine_state`` is what the next unit starts from.
     ``continue_turn``: the engine is judging the end of the user's turn and wants to hear the
@@ -102,6 +102,13 @@ class UnitOutput(TickAnswer):
     docs/protocol.md, "Function calling": a call opens an item of the model's turn — the turn
     itself when none is open — streams its arguments and is ``done`` before anything follows;
     the ids of the items it opens derive from the unit, so every replay names them the same).
+
+    ``backchannel``: the speech is a short acknowledgement ("Mm-hm.") said while the user keeps
+    the turn — a whole response of its own, so it comes with ``end_of_turn`` and only while
+    the model holds no turn, and the user's utterance is not committed: it goes on
+    accumulating into the next user item (docs/duplex.md, "Backchannels"). An output breaking
+    those rules fails its unit with ``invalid_engine_backchannel``. Default ``False``: logs
+    written before it existed decode unchanged.
     """
 
     session_id: str
@@ -120,6 +127,7 @@ class UnitOutput(TickAnswer):
     usage: Optional[TokenUsage] = None
     continue_turn: bool = False
     function_call: Optional[FunctionCallChunk] = None
+    backchannel: bool = False
 
 
 @event("duplex.unit.failed")

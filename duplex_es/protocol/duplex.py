@@ -10,7 +10,9 @@ shown first, the one before closed), or ``response.listen`` with the reason; and
 last, one ``input_audio_buffer.processed`` per append the unit applied, in input order — after
 the output those appends caused. The vLLM-Omni events (``response.speak``, ``response.listen``,
 ``overlap.decision``, ``input_audio_buffer.processed``) go out only to a session that asked for
-them (``duplex.extension_events``).
+them (``duplex.extension_events``). A backchannel is a response as any other on the wire (GA
+clients play it); its ``response.speak`` says ``"backchannel": true``. An output that breaks the
+backchannel rules is projected as a failed unit.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from duplex_es.domain.audio import ms_of
-from duplex_es.domain.duplex import unit_call_problem, unit_new_item, unit_verdict
+from duplex_es.domain.duplex import backchannel_breach, unit_call_problem, unit_new_item, unit_verdict
 from duplex_es.domain.errors import Code
 from duplex_es.domain.state import SessionState
 from duplex_es.events import OverlapDecided, UnitFailed, UnitOutput
@@ -67,6 +69,9 @@ def project_unit_output(ev: UnitOutput, ctx: Ctx) -> list[dict[str, Any]]:
         return [{"type": "error", "error": error}]
     if not verdict.accepted:
         return []  # a cancelled unit's answer is logged, never sent (docs/architecture.md, I7)
+    breach = backchannel_breach(before, ev)
+    if breach is not None:  # the unit failed: nothing it said is sent (the turn's end is the pump's)
+        return _failed(ctx, Code.INVALID_BACKCHANNEL)
     out: list[dict[str, Any]] = []
     if ev.user_transcript_delta and before.duplex.turn_item_id:
         out.append(
@@ -94,7 +99,8 @@ def project_unit_output(ev: UnitOutput, ctx: Ctx) -> list[dict[str, Any]]:
             ]
         out.append({"type": "response.created", "response": _response_json(after, resp)})
         if _extensions(after):
-            out.append({"type": "response.speak", "response_id": resp.id})
+            speak = {"type": "response.speak", "response_id": resp.id}
+            out.append({**speak, "backchannel": True} if resp.backchannel else speak)
     if speaks and resp is not None:
         out += chunk_events(after, resp, opened, unit_new_item(before, ev), ev.function_call, ev.audio, ev.text_delta)
     if not _extensions(after):
@@ -105,9 +111,13 @@ def project_unit_output(ev: UnitOutput, ctx: Ctx) -> list[dict[str, Any]]:
 
 
 def project_unit_failed(ev: UnitFailed, ctx: Ctx) -> list[dict[str, Any]]:
-    if not unit_verdict(ctx.before, ev).accepted or not _extensions(ctx.after):
-        return []
-    return _processed(ctx.before, ctx.before.duplex.unit_seqs, "failed", ev.code)
+    return _failed(ctx, ev.code) if unit_verdict(ctx.before, ev).accepted else []
+
+
+def _failed(ctx: Ctx, code: str) -> list[dict[str, Any]]:
+    """The unit in flight failed with ``code``: its appends are answered ``failed`` (vLLM-Omni's
+    events only; a GA client learns of it from the open turn's ``response.done``, if any)."""
+    return _processed(ctx.before, ctx.before.duplex.unit_seqs, "failed", code) if _extensions(ctx.after) else []
 
 
 def project_overlap_decided(ev: OverlapDecided, ctx: Ctx) -> list[dict[str, Any]]:

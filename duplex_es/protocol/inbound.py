@@ -615,9 +615,11 @@ def _session_update(p: _P) -> Command:
                 fields["voice"] = _voice(out["voice"], "session.audio.output.voice")
     duplex = p.obj("duplex", s, "session")
     if duplex is not None:
-        p.keys({"transcript_on_truncate", "acknowledge_appends", "mode", "chunk_period_ms", "overlap", "barge_in_ms", "extension_events"}, duplex, "session.duplex")
+        p.keys({"transcript_on_truncate", "acknowledge_appends", "mode", "chunk_period_ms", "overlap", "barge_in_ms", "extension_events", "backchannels"}, duplex, "session.duplex")
         if "extension_events" in duplex:
             fields["extension_events"] = duplex["extension_events"]
+        if "backchannels" in duplex:
+            fields["backchannels"] = duplex["backchannels"]
         if "barge_in_ms" in duplex:
             fields["barge_in_ms"] = p.int("barge_in_ms", duplex, "session.duplex", required=True)
         if "mode" in duplex:

@@ -225,6 +225,7 @@ def session_json(session_id: str, cfg: SessionConfig) -> dict[str, Any]:
         "overlap": cfg.overlap,
         "barge_in_ms": cfg.barge_in_ms,
         "extension_events": cfg.extension_events,
+        "backchannels": cfg.backchannels,
     }
     if cfg.session_type == "transcription":
         return {

@@ -99,6 +99,7 @@ def unit_output_events(session_id: str, engine_name: str, out: UnitOutputs) -> l
             usage=out.usage,
             continue_turn=out.continue_turn,
             function_call=out.function_call,
+            backchannel=out.backchannel,
         )
     ]
 

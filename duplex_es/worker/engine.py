@@ -149,7 +149,11 @@ class UnitOutputs:
     even if no input comes (it is judging the end of the user's turn; silence units).
     ``function_call``: a chunk of a function call instead of audio and text (docs/duplex.md,
     "Function calls and client items"); the turn's calls follow the rules of turn-based
-    responses (docs/protocol.md, "Function calling")."""
+    responses (docs/protocol.md, "Function calling").
+
+    ``backchannel``: the speech is a short acknowledgement while the user keeps the turn — a
+    whole response (with ``end_of_turn``, and only while no turn of the model is open) that
+    does not commit the user's utterance (docs/duplex.md, "Backchannels")."""
 
     echo: TickIdentity
     listen_reason: Optional[str] = None
@@ -162,6 +166,7 @@ class UnitOutputs:
     usage: Optional[TokenUsage] = None
     continue_turn: bool = False
     function_call: Optional[FunctionCallChunk] = None
+    backchannel: bool = False
 
 
 class EngineError(DuplexError):

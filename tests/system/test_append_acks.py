@@ -69,6 +69,7 @@ def test_appends_are_acknowledged_only_when_the_session_asks(server, weather_pcm
         "overlap": "barge_in",
         "barge_in_ms": 0,
         "extension_events": False,
+        "backchannels": False,
     }
     for i, audio in enumerate(chunks(weather_pcm[48 * 60 :], 20, 10)):
         c.send({"type": "input_audio_buffer.append", "event_id": f"a-{i}", "audio": audio})

@@ -88,6 +88,92 @@ def test_the_model_answers_by_itself_streams_the_users_words_and_barge_in_cancel
     assert any("listen" in d for d in decisions) and any("speak" in d for d in decisions)
 
 
+def _audit_and_timeline(url: str, session_id: str) -> tuple:
+    log = EventLog(Database(url))
+    try:
+        return audit_session(log, session_id), replay(log, session_id)
+    finally:
+        log.db.dispose()
+
+
+def _responses(c: WsClient) -> list[tuple[str, str]]:
+    """Each response the client saw end: ``(status, spoken transcript)``, in order."""
+    said = {e["response_id"]: e["transcript"] for e in c.events if e["type"] == "response.output_audio_transcript.done"}
+    return [(e["response"]["status"], said.get(e["response"]["id"], "")) for e in c.events if e["type"] == "response.done"]
+
+
+def test_the_model_acknowledges_a_long_turn_without_taking_it_then_answers_all_of_it(stack):
+    """``duplex.backchannels``: a long utterance (two questions, 7.6 s of speech, a 0.45 s pause
+    between) streamed at real time. At the pause after 4 s of speech the model says "Mm-hm."
+    as a response of its own, and the user's utterance goes on: its words keep streaming under
+    the same item, which is committed, whole, when the model answers once the user is done."""
+    port, url = stack
+    c = WsClient(port, model="duplex-es-duplex")
+    c.update({"duplex": {"backchannels": True, "extension_events": True}})
+    question = speech("weather_question_24k.wav")
+    stream(c, question + silence(0.1) + question[: 24000 * 2 * 44 // 10] + silence(1.5))
+    c.recv("response.done", 30)
+    c.recv("response.done", 30)
+    session_id = c.session_id
+    c.close()
+
+    (ack, ack_said), (answer, said) = _responses(c)
+    assert (ack, ack_said) == ("completed", "Mm-hm.") and answer == "completed"
+    seen = [e["type"] for e in c.events]
+    speaks = [e for e in c.events if e["type"] == "response.speak"]
+    assert [s.get("backchannel", False) for s in speaks] == [True, False]
+    ack_done = next(i for i, e in enumerate(c.events) if e["type"] == "response.done")
+    assert "response.output_audio.delta" in seen[: ack_done]  # a GA client plays it
+    # The user item is committed after the backchannel, holding the words said before and after it.
+    user_at = next(i for i, e in enumerate(c.events) if e["type"] == "conversation.item.done" and e["item"]["role"] == "user")
+    user = c.events[user_at]["item"]
+    deltas = [i for i, e in enumerate(c.events) if e["type"] == "conversation.item.input_audio_transcription.delta"]
+    assert {c.events[i]["item_id"] for i in deltas} == {user["id"]}
+    assert deltas[0] < seen.index("response.created") < ack_done < deltas[-1] < user_at
+    heard = next(e for e in c.events if e["type"] == "conversation.item.input_audio_transcription.completed")["transcript"]
+    assert said == f"You said: {heard}."
+    assert heard.count("will be like") == 2  # "... what the weather will be like ...", twice: the whole utterance
+    assert "overlap.decision" not in seen  # the user talking on is not speech over the model
+
+    audit, replayed = _audit_and_timeline(url, session_id)
+    assert audit.ok, audit.violations
+    decisions = [r.summary for r in replayed.timeline if r.type == "duplex.unit.output"]
+    assert sum("backchannel" in d for d in decisions) == 1
+    users = [i for i in replayed.state.item_order if replayed.state.items[i].role == "user"]
+    assert len(users) == 1 and replayed.state.items[users[0]].input_samples >= len(question) // 2 + 24000 * 44 // 10
+
+
+def test_with_overlap_listen_speech_over_the_reply_is_answered_after_it(stack):
+    """``duplex.overlap: "listen"``: the user asks again while the model answers the first
+    question; the model talks on, hears them all the same, and answers once its turn is over."""
+    port, url = stack
+    c = WsClient(port, model="duplex-es-duplex")
+    c.update({"duplex": {"overlap": "listen", "extension_events": True}})
+    stream(c, speech("weather_question_24k.wav") + silence(0.3))
+    first = c.recv("response.speak", 30)["response_id"]
+    stream(c, speech("correction_24k.wav") + silence(1.5))  # over the reply
+    decision = c.recv("overlap.decision", 10)
+    assert (decision["decision"], decision["response_id"]) == ("listen", first)
+    c.recv("response.done", 30)
+    c.recv("response.done", 30)
+    session_id = c.session_id
+    c.close()
+
+    (status1, said1), (status2, said2) = _responses(c)
+    assert status1 == status2 == "completed"  # the first reply was not cut
+    heard = [e["transcript"] for e in c.events if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    assert len(heard) == 2 and "weather" in heard[0] and "weather" not in heard[1]
+    # "Actually, wait. Stop. ...": its first words, said while the model spoke, were heard too.
+    assert "wait" in heard[1].split()[:2] and said2 == f"You said: {heard[1]}."
+    # The second question began during the first reply, and was answered after it ended.
+    seen = [(e["type"], e.get("response", {}).get("id") or e.get("response_id")) for e in c.events]
+    assert seen.index(("overlap.decision", first)) < seen.index(("response.done", first))
+    audit, replayed = _audit_and_timeline(url, session_id)
+    assert audit.ok, audit.violations
+    users = [replayed.state.items[i] for i in replayed.state.item_order if replayed.state.items[i].role == "user"]
+    assert users[1].input_samples >= len(speech("correction_24k.wav")) // 2  # all of it, in the item
+
+
 def _one_turn(url: str, tmp, worker_envs: list[dict]) -> dict:
     """The fixture question streamed at real time into a full-duplex session served by workers
     with ``worker_envs``; what the model heard and said, from the log."""

@@ -142,8 +142,11 @@ def agents_sdk_conversation(port: int, url: str) -> str:
             await at_real_time(question, session.send_audio)
 
             def answered_after_tool() -> bool:
+                # The answer's audio after the tool ran, and the agent's turn ending after it
+                # (the turn that made the call may end after the tool ran too).
                 ended = [t for k, t in seen if k == "tool_end"]
-                return bool(ended) and any(k == "audio" and t > ended[0] for k, t in seen) and any(k == "agent_end" and t > ended[0] for k, t in seen)
+                spoke = [t for k, t in seen if k == "audio" and ended and t > ended[0]]
+                return bool(spoke) and any(k == "agent_end" and t > spoke[0] for k, t in seen)
 
             await until(answered_after_tool, 60, "the tool to run and the spoken answer after it")
             consumer.cancel()

@@ -153,6 +153,7 @@ def test_full_duplex_settings_are_checked():
         ({"chunk_period_ms": 5}, Code.INVALID_EVENT, "session.duplex.chunk_period_ms"),
         ({"overlap": "shout"}, Code.INVALID_EVENT, "session.duplex.overlap"),
         ({"turn_mode": "half"}, Code.INVALID_EVENT, "session.duplex.mode"),
+        ({"backchannels": "yes"}, Code.INVALID_EVENT, "session.duplex.backchannels"),
     ):
         (refused,) = h.run(UpdateSession(patch=SessionPatch(**patch)))
         assert (refused.code, refused.param) == (code, param)
@@ -452,3 +453,104 @@ def test_audit_finds_a_client_item_that_reached_the_model_twice():
     h.answer(listen_reason="reading")
     (bad,) = audit_speech(h.state.session_id, h.log, evolve).violations
     assert bad.check == "units" and "item_typed reached the model twice" in bad.message
+
+
+# ------------------------------------------------------------------ backchannels, listening
+
+
+def _user_items(h: Duplex) -> list:
+    return [h.state.items[i] for i in h.state.item_order if h.state.items[i].role == "user"]
+
+
+def _mm_hm(**fields) -> dict:  # noqa: ANN003
+    return {"audio": base64.b64encode(pcm(300)).decode(), "text_delta": "Mm-hm.", "end_of_turn": True, "backchannel": True, **fields}
+
+
+def test_a_backchannel_is_a_whole_response_that_leaves_the_users_utterance_going_on():
+    from duplex_es.domain import evolve
+    from duplex_es.domain.speech_audit import audit_speech
+
+    # barge_in_ms: speech going on over an open turn would barge in once it lasted 300 ms.
+    h = Duplex.start(backchannels=True, barge_in_ms=300)
+    h.append(200, 8000)
+    assert h.unit().inputs.backchannels  # the setting reaches the engine with every unit
+    h.answer(listen_reason="user_speaking", user_transcript_delta="I was thinking")
+    item_id = h.state.duplex.turn_item_id
+    h.append(200, 8000)
+    mark = len(h.wire)
+    h.answer(**_mm_hm(user_transcript_delta=" about"))
+    wire = h.wire[mark:]
+    types = [w["type"] for w in wire]
+    # A response like any other on the wire (a GA client plays it), marked for extension clients.
+    assert types[0] == "conversation.item.input_audio_transcription.delta" and types[1] == "response.created"
+    (speak,) = [w for w in wire if w["type"] == "response.speak"]
+    assert (speak["response_id"], speak["backchannel"]) == (wire[1]["response"]["id"], True)
+    done = [w for w in wire if w["type"] == "response.done"]
+    assert [d["response"]["status"] for d in done] == ["completed"]
+    assert h.state.responses[wire[1]["response"]["id"]].backchannel
+    # ... that commits nothing of the user: the utterance goes on, under the same item id.
+    assert "conversation.item.input_audio_transcription.completed" not in types and _user_items(h) == []
+    assert h.state.duplex.turn_item_id == item_id and h.state.duplex.turn_transcript == "I was thinking about"
+    for _ in range(3):  # the user keeps talking: no overlap decision on their own utterance
+        h.append(200, 8000)
+        h.answer(listen_reason="user_speaking")
+    assert not [e for _, e in h.log if isinstance(e, OverlapDecided)]
+    h.append(200)
+    h.answer(listen_reason="waiting_for_end_of_turn", user_transcript_delta=" the weather")
+    h.append(200)
+    h.answer(audio=base64.b64encode(pcm(200)).decode(), text_delta="You said it.", end_of_turn=True)
+    (user,) = _user_items(h)
+    heard = [s for _, e in h.log if isinstance(e, UnitIssued) for s in e.audio]
+    assert (user.id, user.transcript) == (item_id, "I was thinking about the weather")
+    assert user.audio == tuple(heard) and user.input_samples == 7 * 200 * 24  # the whole utterance
+    assert [h.state.items[i].role for i in h.state.item_order] == ["assistant", "user", "assistant"]
+    assert audit_speech(h.state.session_id, h.log, evolve).violations == ()
+    assert h.refold() == h.state
+
+
+@pytest.mark.parametrize("breach", ["no_end_of_turn", "silent", "over_its_own_turn"])
+def test_a_backchannel_that_breaks_its_rules_fails_its_unit_with_a_code(breach: str):
+    h = Duplex.start(backchannels=True)
+    h.append(200)
+    h.answer(listen_reason="user_speaking", user_transcript_delta="hello", engine_state={"n": 1})
+    resp_id = _speak_turn(h) if breach == "over_its_own_turn" else None
+    h.append(200)
+    mark, processed_before = len(h.wire), h.state.duplex.processed
+    answer = {"no_end_of_turn": _mm_hm(end_of_turn=False), "silent": _mm_hm(audio="", text_delta=""), "over_its_own_turn": _mm_hm()}[breach]
+    h.answer(**answer, engine_state={"n": 2})
+    wire = h.wire[mark:]
+    processed = [w for w in wire if w["type"] == "input_audio_buffer.processed"]
+    assert processed and all((p["decision"], p["reason"]) == ("failed", Code.INVALID_BACKCHANNEL) for p in processed)
+    assert h.state.duplex.processed == processed_before + len(processed)  # the unit is answered
+    assert not [w for w in wire if w["type"] in ("response.created", "response.output_audio.delta", "response.output_audio_transcript.delta")]
+    if resp_id is None:  # nothing opened, nothing of the user committed
+        assert not h.state.responses and _user_items(h) == []
+    else:  # the model's open turn fails with the code
+        (done,) = [w for w in wire if w["type"] == "response.done"]
+        assert done["response"]["id"] == resp_id and done["response"]["status"] == "failed"
+        assert done["response"]["status_details"]["error"]["code"] == Code.INVALID_BACKCHANNEL
+    h.append(200)
+    assert h.unit().engine_state != {"n": 2}  # the failed answer's state is not taken
+    assert h.refold() == h.state
+
+
+def test_speech_heard_while_the_model_speaks_goes_into_the_next_user_item():
+    h = Duplex.start(overlap="listen")
+    _speak_turn(h)
+    for _ in range(10):  # the user talks over the model, which listens
+        h.append(20, 8000)
+    talked = tuple(s for s, e in h.log if e.TYPE == "input_audio_buffer.appended")[-10:]
+    (decided,) = [e for _, e in h.log if isinstance(e, OverlapDecided)]
+    assert decided.decision == "listen" and h.unit().applied_event_ids == talked
+    mark = len(h.wire)
+    h.answer(audio=base64.b64encode(pcm(200)).decode(), text_delta="there.", end_of_turn=True, user_transcript_delta="porto")
+    (delta,) = [w for w in h.wire[mark:] if w["type"] == "conversation.item.input_audio_transcription.delta"]
+    h.append(200)
+    h.answer(listen_reason="waiting_for_end_of_turn", user_transcript_delta=" not lisbon")
+    h.append(200)
+    h.answer(audio=base64.b64encode(pcm(200)).decode(), text_delta="You said porto.", end_of_turn=True)
+    (second,) = _user_items(h)  # (the first turn answered silence: no user item of it)
+    assert (second.id, second.transcript) == (delta["item_id"], "porto not lisbon")
+    assert set(talked) <= {s.seq for s in second.audio}  # what it heard during its turn, in the item
+    assert second.input_samples == 600 * 24
+    assert h.refold() == h.state

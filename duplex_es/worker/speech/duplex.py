@@ -1,21 +1,39 @@
 """The reference full-duplex engine: a deterministic listening agent on the CPU (docs/duplex.md,
 "The reference engine").
 
-It hears every unit of the session's input. While the user speaks it listens, and every
-:data:`PARTIAL_EVERY_MS` of new speech it decodes the utterance so far with pocketsphinx and
-reports the words beyond those already reported (user transcript deltas). It judges the end of
-the user's turn from the pauses and the words: :data:`END_SILENCE_MS` of silence after at least
-:data:`MIN_SPEECH_MS` of speech — twice as long when the last word heard leaves the sentence
-open (``and``, ``but``, ``um``, ...). Then it answers as the cascade echo agent does
-("You said: ..."), spoken by espeak-ng and streamed :data:`REPLY_CHUNK_MS` per unit (about twice
-real time at 200 ms units, as a GPU model streams; twice the unit's length for longer units),
-and ends its turn with the last chunk. Partial decodes stop at :data:`PARTIAL_UNTIL_MS` of
-speech and a turn ends at :data:`MAX_TURN_SPEECH_MS` (each decode reads the whole utterance). Speech
-is told from silence by frame energy (10 ms frames above :data:`SPEECH_DBFS`).
+It hears every unit of the session's input, while it speaks too. While the user speaks it
+listens, and every :data:`PARTIAL_EVERY_MS` of new speech it decodes the utterance so far with
+pocketsphinx and reports the words beyond those already reported (user transcript deltas). It
+judges the end of the user's turn from the pauses and the words: :data:`END_SILENCE_MS` of
+silence after at least :data:`MIN_SPEECH_MS` of speech — twice as long when the last word heard
+leaves the sentence open (``and``, ``but``, ``um``, ...). Then it answers as the cascade echo
+agent does ("You said: ..."), spoken by espeak-ng and streamed :data:`REPLY_CHUNK_MS` per unit
+(about twice real time at 200 ms units, as a GPU model streams; twice the unit's length for
+longer units), and ends its turn with the last chunk. Partial decodes stop at
+:data:`PARTIAL_UNTIL_MS` of speech and a turn ends at :data:`MAX_TURN_SPEECH_MS` (each decode
+reads the whole utterance). Speech is told from silence by frame energy (10 ms frames above
+:data:`SPEECH_DBFS`).
 
-It also judges for ``semantic_vad`` in a turn-based session (docs/protocol.md, "Turn
-detection"): a *judge unit* carries the user's utterance so far, and the engine answers only
-whether the turn is over, by the same rule with the unit's ``pause_ms`` for its base pause.
+**Listening while it speaks.** User speech over its turn that the session lets through
+(``duplex.overlap`` ``listen``) goes on accumulating, with partial decodes, while the reply
+streams; once its turn is over it judges that utterance as any other (the end of the user's turn
+→ the next reply). A barge-in drops the reply and keeps what it heard.
+
+**Backchannels** (``duplex.backchannels``, off by default). After every
+:data:`BACKCHANNEL_EVERY_MS` of speech in the user's utterance, at the first pause of at least
+:data:`BACKCHANNEL_PAUSE_MS` that does not end the turn, it says :data:`BACKCHANNEL` — the whole
+clip in one output, ``end_of_turn`` and ``backchannel`` — and listens on to the same utterance.
+
+**Tools.** With the session's ``tools``, it follows the reference agent's rule
+(:mod:`duplex_es.worker.speech.tools`) when the user's turn ends: it calls the tools the words
+name, :data:`~duplex_es.worker.speech.engine.ARGUMENT_CHARS_PER_TICK` characters of arguments
+per unit, and ends its turn; once every call's output came (in a unit's ``items``) it says what
+the tools returned when the client asks for the turn (``turn_requested``: clients send
+``response.create`` after a tool's output), or one unit later. A turn request while the user
+speaks ends the user's turn; with only typed messages waiting, it answers them.
+
+**Judge units** (``semantic_vad`` in a turn-based session): it only judges whether the user's
+turn is over, by :func:`end_of_turn_silence_ms` with the unit's ``pause_ms``.
 
 Everything it needs between units is in its state (JSON, carried by the log from unit to unit):
 the utterance's audio segments, what it reported, and while speaking the reply's text and the next
@@ -52,6 +70,9 @@ __all__ = [
     "SPEECH_DBFS",
     "OPEN_ENDINGS",
     "end_of_turn_silence_ms",
+    "BACKCHANNEL",
+    "BACKCHANNEL_EVERY_MS",
+    "BACKCHANNEL_PAUSE_MS",
 ]
 
 log = logging.getLogger(__name__)
@@ -83,6 +104,19 @@ SPEECH_DBFS = -38.0
 #: Last words that leave a sentence open: the pause that ends the turn is twice as long.
 OPEN_ENDINGS = frozenset({"and", "but", "or", "so", "because", "um", "uh", "the", "a", "to", "of", "with", "if", "then"})
 
+#: What it says to acknowledge the user while they keep talking (``duplex.backchannels``).
+BACKCHANNEL = "Mm-hm."
+
+#: Speech (ms of the current utterance) between two backchannels.
+BACKCHANNEL_EVERY_MS = 4000
+
+#: The pause (ms) that, once :data:`BACKCHANNEL_EVERY_MS` of speech went by, it acknowledges;
+#: shorter than :data:`END_SILENCE_MS`, so the turn goes on.
+BACKCHANNEL_PAUSE_MS = 300
+
+#: The state's keys that describe the user's current utterance (forgotten when it was noise).
+_UTTERANCE = ("speech_ms", "silence_ms", "utterance", "heard", "partial_at_ms", "backchannel_at_ms")
+
 _FRAME_MS = 10
 _THRESHOLD = 32768 * 10 ** (SPEECH_DBFS / 20)
 
@@ -107,7 +141,8 @@ def _voiced_frames(pcm: np.ndarray, rate: int) -> list[bool]:
 
 
 class FullDuplexEngine:
-    """Listens to every unit and decides when to talk (tick kind ``duplex``).
+    """Listens to every unit, its own turns included, and decides when to talk (tick kind
+    ``duplex``).
 
     Args:
         recognizer: a :class:`~duplex_es.worker.speech.asr.Recognizer` to share with the other
@@ -125,94 +160,100 @@ class FullDuplexEngine:
         self._asr = recognizer or Recognizer()
         self._tts = Synthesizer()
         self.reply_chunk_ms = reply_chunk_ms
-        self._replies: OrderedDict[tuple, tuple[str, bytes, tuple[tuple[int, int], ...], int]] = OrderedDict()
+        self._spoken: OrderedDict[tuple, _Plan] = OrderedDict()
         self._judged: OrderedDict[tuple, list[str]] = OrderedDict()  # judge units' decodes
 
     # -------------------------------------------------------------------------------- state
 
     @staticmethod
-    def _fresh(**keep: Any) -> dict[str, Any]:
-        return {"phase": "listening", "speech_ms": 0, "silence_ms": 0, "utterance": [], "heard": "", "partial_at_ms": 0, **keep}
+    def _fresh() -> dict[str, Any]:
+        """Listening, with no utterance: ``speech_ms`` / ``silence_ms`` of the utterance (its
+        speech, the quiet since its last voiced frame), its ``utterance`` segments, the words
+        ``heard`` (reported), the speech at the last partial decode and at the last backchannel;
+        the calls whose outputs it ``awaits`` (call_id → name), the ``outputs`` come so far
+        (``[name, output]``) and whether it already waited a unit for the turn request
+        (``outputs_waited``); the words the user ``typed`` (messages in the units' items)."""
+        return {
+            "phase": "listening", "speech_ms": 0, "silence_ms": 0, "utterance": [], "heard": "", "partial_at_ms": 0, "backchannel_at_ms": 0,
+            "awaiting": {}, "outputs": [], "outputs_waited": False, "typed": "",
+        }
+
+    @classmethod
+    def _listening(cls, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` back to listening, keeping the utterance it is hearing (the reply dropped)."""
+        return {k: state[k] for k in cls._fresh()} | {"phase": "listening"}
 
     def step(self, ctx: UnitContext) -> UnitOutputs:
-        """Hear one unit; listen, or speak (or call) the next chunk of its turn."""
+        """Hear one unit; then listen, acknowledge, call a tool, or speak the next chunk of its
+        turn (a judge unit: only judge whether the user's turn is over)."""
         tick = ctx.tick
         if tick.purpose == JUDGE_UNIT:
             return self._judge(ctx)
         inputs = tick.inputs
-        state = dict(tick.engine_state) if tick.engine_state else self._fresh()
+        # Defaults first: a state written before a field existed (a take-over) still steps.
+        state = {**self._fresh(), **tick.engine_state} if tick.engine_state else self._fresh()
         if state["phase"] != "listening" and tick.response_id is None:
-            state = self._fresh()  # the user barged in: the turn is gone, listen again
+            state = self._listening(state)  # the user barged in: the turn is gone, what they said stays
         fmt = inputs.input_format
         raw = ctx.read_audio(tick.audio) if tick.audio else b""
         pcm = decode_to_pcm16(raw, fmt.type) if raw else np.zeros(0, dtype="<i2")
         unit_ms = len(pcm) * 1000 // fmt.rate + tick.silence_ms  # a silence unit is quiet time
-        if state["phase"] == "speaking":
-            return self._speak(ctx, state)
+        hearing = self._hear(state, pcm, fmt.rate, unit_ms, tick.audio)
         if state["phase"] == "calling":
             return self._call(ctx, state)
         _read_items(tick, state)
-        if state.get("outputs") and not state.get("awaiting"):
+        if state["phase"] == "listening" and state["outputs"] and not state["awaiting"]:
             # Every call was answered: say what the tools returned once the client asks for the
             # turn (clients send response.create after a tool's output), or a unit later.
-            if tick.turn_requested or state.get("outputs_waited"):
+            if tick.turn_requested or state["outputs_waited"]:
                 text = " ".join(output_sentence(name, output) for name, output in state["outputs"])
-                return self._speak(ctx, self._fresh(phase="speaking", text=text, at_ms=0))
+                return self._speak(ctx, {**self._listening(state), "outputs": [], "outputs_waited": False, "phase": "speaking", "text": text, "at_ms": 0}, unit_ms, "")
             state["outputs_waited"] = True
             return UnitOutputs(echo=ctx.identity, listen_reason="waiting_for_turn_request", engine_state=state, continue_turn=True)
-        if tick.turn_requested and not state["utterance"] and state.get("typed"):
-            return self._answer(ctx, "", state.pop("typed"), state)  # a typed message, and the client asks for the turn
-        frames = _voiced_frames(pcm, fmt.rate) if len(pcm) else []
-        voiced = sum(frames) * _FRAME_MS
-        segments = [[s.seq, s.offset, s.samples] for s in tick.audio]
-        if voiced:
-            trailing = 0
-            for v in reversed(frames):
-                if v:
-                    break
-                trailing += _FRAME_MS
-            state["utterance"] = state["utterance"] + segments
-            state["speech_ms"] += voiced
-            state["silence_ms"] = trailing
-        elif state["utterance"]:
-            state["utterance"] = state["utterance"] + segments
-            state["silence_ms"] += unit_ms
-        else:
+        if state["phase"] == "listening" and tick.turn_requested and not state["utterance"] and state["typed"]:
+            return self._answer(ctx, "", state, unit_ms, "")  # a typed message, and the client asks for the turn
+        if not hearing:
+            if state["phase"] == "speaking":
+                return self._speak(ctx, state, unit_ms, "")
             return UnitOutputs(echo=ctx.identity, listen_reason="silence", engine_state=state)
         delta = ""
         if state["speech_ms"] - state["partial_at_ms"] >= PARTIAL_EVERY_MS and state["speech_ms"] <= PARTIAL_UNTIL_MS:
             delta = self._heard_more(ctx, state)
             state["partial_at_ms"] = state["speech_ms"]
-        if state["speech_ms"] < MIN_SPEECH_MS:
-            if state["silence_ms"] >= END_SILENCE_MS:  # a click or a cough: forget it
-                return UnitOutputs(echo=ctx.identity, listen_reason="noise", engine_state=self._fresh())
-            return UnitOutputs(echo=ctx.identity, listen_reason="user_speaking", user_transcript_delta=delta, engine_state=state, continue_turn=True)
-        words = (state["heard"] + delta).split()
-        needed = end_of_turn_silence_ms(words)
-        if state["silence_ms"] < needed and state["speech_ms"] < MAX_TURN_SPEECH_MS and not tick.turn_requested:
-            reason = "user_speaking" if state["silence_ms"] < 200 else "waiting_for_end_of_turn"
+        verdict = _turn_verdict(state, (state["heard"] + delta).split())
+        if verdict == "noise":  # a click or a cough: forget it
+            fresh = self._fresh()
+            state = {**state, **{k: fresh[k] for k in _UTTERANCE}}
+        if state["phase"] == "speaking":  # it hears the user, and answers once its turn is over
+            return self._speak(ctx, state, unit_ms, delta)
+        if verdict == "noise":
+            return UnitOutputs(echo=ctx.identity, listen_reason="noise", engine_state=state)
+        if verdict != "end_of_turn" and not tick.turn_requested:  # a request for the turn ends the user's
+            if inputs.backchannels and _backchannel_due(state):
+                state["backchannel_at_ms"] = state["speech_ms"]
+                return self._backchannel(ctx, state, delta)
             # Ask for the quiet that follows even if the client stops sending (silence units).
-            return UnitOutputs(echo=ctx.identity, listen_reason=reason, user_transcript_delta=delta, engine_state=state, continue_turn=True)
-        # The user's turn ended (or the client asked for the model's): hear the whole
-        # utterance, then answer.
+            return UnitOutputs(echo=ctx.identity, listen_reason=verdict, user_transcript_delta=delta, engine_state=state, continue_turn=True)
+        # The user's turn ended: hear the whole utterance, then answer it.
         delta += self._heard_more(ctx, state, final=True)
-        out = self._answer(ctx, state["heard"], state.get("typed", ""), state)
-        return attrs.evolve(out, user_transcript_delta=delta)
+        return self._answer(ctx, state["heard"], state, unit_ms, delta)
 
-    def _answer(self, ctx: UnitContext, heard: str, typed: str, state: dict[str, Any]) -> UnitOutputs:
-        """The first output of the model's turn answering ``heard`` and ``typed``: the agent's
-        rule (:mod:`duplex_es.worker.speech.tools`) — call the tools it names (then speak its
-        questions, if any), or echo."""
+    def _answer(self, ctx: UnitContext, heard: str, state: dict[str, Any], unit_ms: int, delta: str) -> UnitOutputs:
+        """The first output of the model's turn answering ``heard`` and what the user typed:
+        the agent's rule (:mod:`duplex_es.worker.speech.tools`) — call the tools the words name
+        (then speak its questions, if any), or echo. ``delta``: the user's words it reports with
+        it. The answered utterance is done with; the calls awaited and outputs come stay."""
         inputs = ctx.tick.inputs
-        plan = decide(heard, typed, inputs.tools, inputs.tool_choice, inputs.parallel_tool_calls) if inputs.tools else None
+        plan = decide(heard, state["typed"], inputs.tools, inputs.tool_choice, inputs.parallel_tool_calls) if inputs.tools else None
+        base = {**self._fresh(), "awaiting": state["awaiting"], "outputs": state["outputs"]}
         if plan is not None and plan.calls:
             rid = ctx.tick.request_id.removeprefix("req_")
             calls = [[f"call_{rid}_{n}", c.name, c.arguments] for n, c in enumerate(plan.calls)]
-            return self._call(ctx, {"phase": "calling", "calls": calls, "call": 0, "at": 0, "then": " ".join(plan.questions)})
-        text = " ".join(plan.questions) if plan is not None else reply_text(heard, typed)
-        return self._speak(ctx, self._fresh(phase="speaking", text=text, at_ms=0))
+            return self._call(ctx, {**base, "phase": "calling", "calls": calls, "call": 0, "at": 0, "then": " ".join(plan.questions)}, delta)
+        text = " ".join(plan.questions) if plan is not None else reply_text(heard, state["typed"])
+        return self._speak(ctx, {**base, "phase": "speaking", "text": text, "at_ms": 0}, unit_ms, delta)
 
-    def _call(self, ctx: UnitContext, state: dict[str, Any]) -> UnitOutputs:
+    def _call(self, ctx: UnitContext, state: dict[str, Any], heard: str = "") -> UnitOutputs:
         """The next :data:`~duplex_es.worker.speech.engine.ARGUMENT_CHARS_PER_TICK` characters
         of the turn's current call; after the last call, its questions are spoken, or the turn
         ends and the model waits for the tools' outputs (listening meanwhile)."""
@@ -223,14 +264,18 @@ class FullDuplexEngine:
         chunk = FunctionCallChunk(call_id=call_id, name=name, arguments_delta=arguments[at:end], done=done)
         last = done and state["call"] + 1 == len(state["calls"])
         if not done:
-            next_state = {**state, "at": end}
+            after = {**state, "at": end}
         elif not last:
-            next_state = {**state, "call": state["call"] + 1, "at": 0}
+            after = {**state, "call": state["call"] + 1, "at": 0}
         elif state["then"]:
-            next_state = self._fresh(phase="speaking", text=state["then"], at_ms=0)
+            after = {**self._listening(state), "phase": "speaking", "text": state["then"], "at_ms": 0}
         else:
-            next_state = self._fresh(awaiting={c[0]: c[1] for c in state["calls"]}, outputs=[])
-        return UnitOutputs(echo=ctx.identity, function_call=chunk, end_of_turn=last and not state["then"], engine_state=next_state)
+            after = {**self._listening(state), "awaiting": {**state["awaiting"], **{c[0]: c[1] for c in state["calls"]}}, "outputs_waited": False}
+        ends = last and not state["then"]
+        return UnitOutputs(
+            echo=ctx.identity, function_call=chunk, end_of_turn=ends, user_transcript_delta=heard, engine_state=after,
+            continue_turn=ends and bool(after["utterance"]),
+        )
 
     def _judge(self, ctx: UnitContext) -> UnitOutputs:
         """A judge unit (``semantic_vad`` in a turn-based session): hear the utterance so far
@@ -262,6 +307,27 @@ class FullDuplexEngine:
         over = silence_ms >= end_of_turn_silence_ms(words, tick.pause_ms)
         return UnitOutputs(echo=ctx.identity, listen_reason=USER_TURN_ENDED if over else "waiting_for_end_of_turn")
 
+    def _hear(self, state: dict[str, Any], pcm: np.ndarray, rate: int, unit_ms: int, audio: tuple[AudioSegment, ...]) -> bool:
+        """Add the unit (``unit_ms`` long, ``audio`` its segments) to the utterance in ``state``:
+        its speech, and the quiet since the last voiced frame. ``False`` when it holds no speech
+        and no utterance is going on (nothing to hear)."""
+        frames = _voiced_frames(pcm, rate) if len(pcm) else []
+        voiced = sum(frames) * _FRAME_MS
+        if not voiced and not state["utterance"]:
+            return False
+        state["utterance"] = state["utterance"] + [[s.seq, s.offset, s.samples] for s in audio]
+        if voiced:
+            trailing = 0
+            for v in reversed(frames):
+                if v:
+                    break
+                trailing += _FRAME_MS
+            state["speech_ms"] += voiced
+            state["silence_ms"] = trailing
+        else:
+            state["silence_ms"] += unit_ms
+        return True
+
     def _heard_more(self, ctx: UnitContext, state: dict[str, Any], *, final: bool = False) -> str:
         """Decode the utterance so far and report the words beyond those already reported. A
         partial decode reports them only while the words reported so far still start the new
@@ -280,55 +346,102 @@ class FullDuplexEngine:
         state["heard"] = " ".join(reported + new)
         return (" " if reported else "") + " ".join(new)
 
-    def _reply(self, text: str, inputs: SpeechInputs) -> tuple[str, bytes, tuple[tuple[int, int], ...], int]:
-        """Speaking ``text``: the text, audio in the output format, word marks
-        ``(char offset, ms)`` and length (ms) — computed once per worker, then cached."""
+    def _plan(self, text: str, inputs: SpeechInputs) -> _Plan:
+        """``text`` spoken in the session's voice and output format: its audio, word marks
+        ``(char offset, ms)`` and length (ms) — computed once per worker, then cached (the
+        backchannel, the same every time, is synthesized once)."""
         fmt = inputs.output_format
         key = (text, inputs.voice, inputs.speed, fmt.type, fmt.rate, tuple(inputs.output_modalities))
-        hit = self._replies.get(key)
+        hit = self._spoken.get(key)
         if hit is not None:
-            self._replies.move_to_end(key)
+            self._spoken.move_to_end(key)
             return hit
         if "audio" not in inputs.output_modalities:
-            plan = (text, b"", (), 0)
+            plan = _Plan(text, b"", (), 0)
         else:
             if inputs.voice not in ESPEAK_VOICES:
                 raise EngineError("unsupported_voice", f"the reference engine has no voice {inputs.voice!r}")
             speech = self._tts.synthesize(text, fmt.rate, inputs.voice, inputs.speed)
             audio = encode_from_pcm16(np.frombuffer(speech.pcm, dtype="<i2"), fmt.type)
-            plan = (text, audio, tuple((m.char_offset, m.audio_ms) for m in speech.marks), speech.duration_ms)
-        self._replies[key] = plan
-        while len(self._replies) > 64:
-            self._replies.popitem(last=False)
+            plan = _Plan(text, audio, tuple((m.char_offset, m.audio_ms) for m in speech.marks), speech.duration_ms)
+        self._spoken[key] = plan
+        while len(self._spoken) > 64:
+            self._spoken.popitem(last=False)
         return plan
 
-    def _speak(self, ctx: UnitContext, state: dict[str, Any]) -> UnitOutputs:
+    def _speak(self, ctx: UnitContext, state: dict[str, Any], unit_ms: int, heard: str) -> UnitOutputs:
         """The next chunk of the reply, from ``state["at_ms"]``: :data:`REPLY_CHUNK_MS`, or twice
-        the unit's length when units are longer (so the reply keeps ahead of real time at any
-        chunk period); the last ends the turn."""
-        inputs = ctx.tick.inputs
+        the unit's length (``unit_ms``) when units are longer (so the reply keeps ahead of real
+        time at any chunk period); the last ends the turn. ``heard``: the user's words it reports
+        with it. After the last chunk it listens on to the utterance it heard while speaking
+        (asking for the quiet that follows, if there is one)."""
         # (A state logged before the reply's text was kept in it names the transcript it echoes.)
         said = state["text"] if "text" in state else reply_text(state["transcript"], "")
-        text, audio, marks, duration = self._reply(said, inputs)
-        tick = ctx.tick
-        unit_ms = sum(seg.samples for seg in tick.audio) * 1000 // tick.inputs.input_format.rate + tick.silence_ms
-        step = max(self.reply_chunk_ms, 2 * unit_ms)
-        if not audio:  # text only: the whole reply at once
-            return UnitOutputs(echo=ctx.identity, text_delta=text, end_of_turn=True, engine_state=self._fresh())
-        fmt = inputs.output_format
-        width = bytes_per_sample(fmt.type)
-        per_ms = fmt.rate // 1000
+        plan = self._plan(said, ctx.tick.inputs)
         start = state["at_ms"]
-        end = min(start + step, duration)
-        last = end >= duration
-        piece = audio[start * per_ms * width : (len(audio) if last else end * per_ms * width)]
-        c0 = _chars_at(marks, start, len(text))
-        c1 = len(text) if last else _chars_at(marks, end, len(text))
-        out_marks = tuple(Mark(text_chars=o, audio_ms=ms) for o, ms in marks if start <= ms < end)
-        if last:
-            out_marks += (Mark(text_chars=len(text), audio_ms=duration),)
-        next_state = self._fresh() if last else {**state, "at_ms": end}
-        return UnitOutputs(echo=ctx.identity, audio=piece, text_delta=text[c0:c1], marks=out_marks, end_of_turn=last, engine_state=next_state)
+        end = min(start + max(self.reply_chunk_ms, 2 * unit_ms), plan.duration_ms)  # text only: all at once
+        last = end >= plan.duration_ms
+        after = self._listening(state) if last else {**state, "at_ms": end}
+        return UnitOutputs(
+            echo=ctx.identity, **_chunk(plan, ctx.tick.inputs, start, end), end_of_turn=last, user_transcript_delta=heard,
+            engine_state=after, continue_turn=last and bool(after["utterance"]),
+        )
+
+    def _backchannel(self, ctx: UnitContext, state: dict[str, Any], heard: str) -> UnitOutputs:
+        """:data:`BACKCHANNEL` in one output, a whole turn of its own; it listens on to the same
+        utterance."""
+        plan = self._plan(BACKCHANNEL, ctx.tick.inputs)
+        return UnitOutputs(
+            echo=ctx.identity, **_chunk(plan, ctx.tick.inputs, 0, plan.duration_ms), end_of_turn=True, backchannel=True,
+            user_transcript_delta=heard, engine_state=state, continue_turn=True,
+        )
+
+
+@attrs.frozen
+class _Plan:
+    """Something to say: its text, audio in the output format (``b""`` for text only), word
+    marks ``(char offset, ms)`` and length (ms)."""
+
+    text: str
+    audio: bytes
+    marks: tuple[tuple[int, int], ...]
+    duration_ms: int
+
+
+def _chunk(plan: _Plan, inputs: SpeechInputs, start: int, end: int) -> dict[str, Any]:
+    """The audio, text and marks of ``plan`` from ``start`` to ``end`` ms (a text-only plan:
+    all of it at once); the last chunk carries the text's end and a closing mark."""
+    if not plan.audio:
+        return {"text_delta": plan.text}
+    width, per_ms = bytes_per_sample(inputs.output_format.type), inputs.output_format.rate // 1000
+    last = end >= plan.duration_ms
+    text, marks, duration = plan.text, plan.marks, plan.duration_ms
+    piece = plan.audio[start * per_ms * width : (len(plan.audio) if last else end * per_ms * width)]
+    c0 = _chars_at(marks, start, len(text))
+    c1 = len(text) if last else _chars_at(marks, end, len(text))
+    out_marks = tuple(Mark(text_chars=o, audio_ms=ms) for o, ms in marks if start <= ms < end)
+    if last:
+        out_marks += (Mark(text_chars=len(text), audio_ms=duration),)
+    return {"audio": piece, "text_delta": text[c0:c1], "marks": out_marks}
+
+
+def _turn_verdict(state: dict[str, Any], words: list[str]) -> str:
+    """Where the user's utterance stands: ``noise`` (too little speech, then quiet: a click, a
+    cough), ``user_speaking``, ``waiting_for_end_of_turn`` (a pause, not long enough yet) or
+    ``end_of_turn`` (:data:`END_SILENCE_MS` of quiet, twice as long after an open ending; or
+    :data:`MAX_TURN_SPEECH_MS` of speech)."""
+    if state["speech_ms"] < MIN_SPEECH_MS:
+        return "noise" if state["silence_ms"] >= END_SILENCE_MS else "user_speaking"
+    needed = end_of_turn_silence_ms(words)
+    if state["silence_ms"] < needed and state["speech_ms"] < MAX_TURN_SPEECH_MS:
+        return "user_speaking" if state["silence_ms"] < 200 else "waiting_for_end_of_turn"
+    return "end_of_turn"
+
+
+def _backchannel_due(state: dict[str, Any]) -> bool:
+    """A pause of :data:`BACKCHANNEL_PAUSE_MS` (one that does not end the turn) after
+    :data:`BACKCHANNEL_EVERY_MS` of speech since the utterance began or the last backchannel."""
+    return state["speech_ms"] - state["backchannel_at_ms"] >= BACKCHANNEL_EVERY_MS and state["silence_ms"] >= BACKCHANNEL_PAUSE_MS
 
 
 def _chars_at(marks: tuple[tuple[int, int], ...], ms: int, length: int) -> int:
