@@ -219,9 +219,14 @@ def test_a_handshake_that_never_finishes_is_closed(sqlite_url: str, tmp_path: Pa
         client = WsClient(port)
         client.send({"type": "input_audio_buffer.clear", "event_id": "c1"})
         client.recv("input_audio_buffer.cleared")
-        for sock in (slow, silent, crowded):
+        for sock in (slow, silent):
             sock.settimeout(10)
             assert sock.recv(100) == b""  # the server closed it
+        # The crowded request: closed, or refused with a 4xx first (newer uvicorn / websockets
+        # answer a request with too many headers) — never left hanging.
+        crowded.settimeout(10)
+        answer = crowded.recv(100)
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 4"), answer
         took = time.monotonic() - opened
         assert 0.5 < took < 5, took
         # A request line too long for the WebSocket library is answered at once (it used to hang).
