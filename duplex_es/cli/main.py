@@ -403,7 +403,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     from duplex_es.inspect.web import create_inspector_app
 
-    path = f"#/s/{_resolve_session(log, args.session_id)}" if args.session_id else ""
+    path = ""
+    if args.session_id:
+        import time
+
+        session_id = _resolve_session(log, args.session_id)
+        path = f"#/s/{session_id}"
+        # Built before serving: the first look at a long session then costs no wait.
+        started = time.perf_counter()
+        head = inspector.timeline(session_id).head
+        console.print(f"read session {session_id}: {head} events in {time.perf_counter() - started:.1f} s", highlight=False)
     console.print(f"inspector on http://{args.host}:{args.port}/{path} ({log.db.describe()})", highlight=False)
     uvicorn.run(create_inspector_app(inspector), host=args.host, port=args.port, log_level=args.log_level.lower())
     return 0

@@ -13,12 +13,12 @@ import bisect
 import io
 import wave
 from array import array
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
 from duplex_es.audio import decode_to_pcm16
-from duplex_es.events import AudioAppended, Event
+from duplex_es.events import Event
 from duplex_es.events.audio import audio_bytes
 
 __all__ = ["BASE_MS", "MAX_BUCKETS", "Lane", "wav_bytes"]
@@ -75,16 +75,19 @@ class Lane:
         self._pending.append(pcm)
         self._pending_n += int(pcm.size)
         if self._pending_n >= self.rate * _FOLD_AT_MS // 1000:
-            self._fold(final=False)
+            self._fold()
 
-    def _fold(self, *, final: bool) -> None:
+    def _blocks(self, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(mins, maxs, rest)``: the peaks of ``samples``' whole buckets and what is left over."""
+        whole = samples.size // self._bucket * self._bucket
+        blocks = samples[:whole].reshape(-1, self._bucket)
+        return blocks.min(axis=1, initial=32767), blocks.max(axis=1, initial=-32768), samples[whole:]
+
+    def _fold(self) -> None:
         joined = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0]
-        whole = joined.size // self._bucket * self._bucket
-        if whole:
-            blocks = joined[:whole].reshape(-1, self._bucket)
-            self._mins.append(blocks.min(axis=1))
-            self._maxs.append(blocks.max(axis=1))
-        rest = joined[whole:]
+        lo, hi, rest = self._blocks(joined)
+        self._mins.append(lo)
+        self._maxs.append(hi)
         self._pending = [rest] if rest.size else []
         self._pending_n = int(rest.size)
 
@@ -93,18 +96,11 @@ class Lane:
         bucket may be partial). Does not consume what is pending, so the lane can grow."""
         mins, maxs = list(self._mins), list(self._maxs)
         if self._pending_n:
-            tail = np.concatenate(self._pending)
-            whole = tail.size // self._bucket * self._bucket
-            if whole:
-                blocks = tail[:whole].reshape(-1, self._bucket)
-                mins.append(blocks.min(axis=1))
-                maxs.append(blocks.max(axis=1))
-            if tail.size > whole:
-                mins.append(tail[whole:].min(keepdims=True))
-                maxs.append(tail[whole:].max(keepdims=True))
+            lo, hi, rest = self._blocks(np.concatenate(self._pending))
+            mins += [lo, rest.min(keepdims=True, initial=32767)] if rest.size else [lo]
+            maxs += [hi, rest.max(keepdims=True, initial=-32768)] if rest.size else [hi]
         if not mins:
-            empty = np.zeros(0, dtype=np.int16)
-            return empty, empty
+            return np.zeros(0, dtype=np.int16), np.zeros(0, dtype=np.int16)
         return np.concatenate(mins), np.concatenate(maxs)
 
     def pieces(self, start: int, end: int) -> list[tuple[int, int, int]]:
@@ -129,10 +125,11 @@ class Lane:
         return decode_to_pcm16(audio_bytes(event), self.type)
 
 
-def peaks_of(mins: np.ndarray, maxs: np.ndarray, first: int, edges: Iterable[int]) -> tuple[list[int], list[int]]:
-    """Reduce per-unit peaks to buckets: ``edges`` are bucket starts (indices into the arrays,
-    shifted by ``first``), each bucket runs to the next edge. Empty buckets are 0."""
-    idx = np.asarray(list(edges), dtype=np.int64) - first
+def peaks_of(mins: np.ndarray, maxs: np.ndarray, edges: Iterable[int]) -> tuple[list[int], list[int]]:
+    """Reduce peaks (or samples, as both ``mins`` and ``maxs``) to buckets: ``edges`` are the
+    bucket starts as indices into the arrays, each bucket running to the next edge (at least
+    one element wide); buckets past the end are 0. Returns ``(mins, maxs)`` per bucket."""
+    idx = np.asarray(list(edges), dtype=np.int64)
     n = mins.size
     lo_out, hi_out = [], []
     for a, b in zip(idx[:-1], idx[1:]):
@@ -156,7 +153,3 @@ def wav_bytes(pcm: np.ndarray, rate: int) -> bytes:
         w.writeframes(pcm.astype("<i2").tobytes())
     return buf.getvalue()
 
-
-def is_input_audio(event: Event) -> bool:
-    """True for the events the user lane is made of (input appends)."""
-    return isinstance(event, AudioAppended)

@@ -254,11 +254,11 @@ class Inspector:
         if width >= BASE_MS:
             mins, maxs = lane.base_peaks()
             edges = [int(a / BASE_MS + j * width / BASE_MS) for j in range(buckets + 1)]
-            lo, hi = peaks_of(mins, maxs, 0, edges)
+            lo, hi = peaks_of(mins, maxs, edges)
         else:
-            pcm, rate = self.samples(session_id, lane_name, a, b)
+            pcm, _ = self.samples(session_id, lane_name, a, b)
             edges = [int(j * pcm.size / buckets) for j in range(buckets + 1)]
-            lo, hi = peaks_of(pcm, pcm, 0, edges)
+            lo, hi = peaks_of(pcm, pcm, edges)
         return {"lane": lane_name, "from_ms": a, "to_ms": b, "buckets": buckets, "min": lo, "max": hi}
 
     # ----------------------------------------------------------------------- events, state

@@ -29,7 +29,6 @@ from duplex_es.events import (
     InputCommitted,
     InteractionAccepted,
     InteractionRejected,
-    ItemCreated,
     ItemTruncated,
     OutputAudioCleared,
     OverlapDecided,
@@ -51,7 +50,6 @@ from duplex_es.events import (
     TickOutput,
     TickRequest,
     TimeoutTriggered,
-    TranscriptionCompleted,
     TranscriptionFailed,
     TranscriptionRequested,
     TurnSignaled,
@@ -190,7 +188,7 @@ class Timeline:
                 self._speech(r.seq, ev, verdict, before)
             if isinstance(ev, _LIFECYCLE):
                 self.lifecycle.append({"seq": r.seq, "type": ev.TYPE, "summary": summarize(ev)})
-            if isinstance(ev, (CommandRejected, InteractionRejected)) or isinstance(ev, _FAILURES):
+            if isinstance(ev, (CommandRejected, InteractionRejected, *_FAILURES)):
                 self.errors.append(self._error(r.seq, ev, verdict))
             elif isinstance(ev, TickAnswer) and not verdict.startswith("accepted"):
                 self.errors.append(self._error(r.seq, ev, verdict))

@@ -215,7 +215,7 @@ def test_a_world_session_shows_its_chunks_with_the_interactions_each_applied(log
 
 
 def test_the_audit_names_the_failing_check_of_a_tampered_log(logs, tmp_path: Path):
-    _, log, barge, _, url, folder = logs
+    _, _, barge, _, url, _ = logs
     if not url.startswith("sqlite"):
         pytest.skip("tampering with a copy of the log: SQLite's file is copied; PostgreSQL's tampering is in test_tamper_e2e")
     copy = tmp_path / "tampered.db"
