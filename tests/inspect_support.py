@@ -113,3 +113,35 @@ def serving_inspector(db_url: str, tmp: Path) -> Iterator[str]:
         yield base
     finally:
         proc.stop()
+
+
+def full_duplex_overlap(port: int) -> str:
+    """A full-duplex session (``duplex-es-duplex``): the question streamed at real time in 20 ms
+    appends, the model answers by itself; the correction, and one second of speech over the
+    next reply, which the overlap policy cuts (barge_in). Returns the session id."""
+    from duplex_es_tools.conversation import read_wav_pcm16
+
+    def stream(c: WsClient, pcm: bytes) -> None:
+        start = time.monotonic()
+        for n, at in enumerate(range(0, len(pcm), 960), start=1):
+            c.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm[at : at + 960].ljust(960, b"\0")).decode()})
+            time.sleep(max(0.0, start + n * 0.020 - time.monotonic()))
+
+    def silence(s: float) -> bytes:
+        return bytes(int(24000 * s) * 2)
+
+    c = WsClient(port, model="duplex-es-duplex")
+    try:
+        c.update({"duplex": {"extension_events": True}})  # response.speak: the model takes its turn
+        stream(c, read_wav_pcm16(FIXTURES / "audio" / "weather_question_24k.wav") + silence(1.5))
+        c.recv("response.speak", 30)
+        c.recv("response.done", 30)
+        correction = read_wav_pcm16(FIXTURES / "audio" / "correction_24k.wav")
+        stream(c, correction + silence(1.2))
+        c.recv("response.speak", 30)
+        stream(c, correction[: 24000 * 2])
+        c.recv("response.done", 10, **{"response.status": "cancelled"})
+        stream(c, silence(1.0))
+        return c.session_id
+    finally:
+        c.close()

@@ -227,17 +227,26 @@ class Timeline:
         elif isinstance(ev, InputCommitted):
             self._commit(seq, ev)
         elif isinstance(ev, ResponseCreated):
-            fmt = ev.output_format
-            self.lanes[f"response:{ev.response_id}"] = Lane(f"response:{ev.response_id}", fmt.type, fmt.rate)
-            self.responses[ev.response_id] = {"id": ev.response_id, "seq": seq, "start_ms": now, "done_seq": None, "done_ms": None}
+            self._open_response(ev.response_id, seq, now)
         elif isinstance(ev, ResponseDone) and ev.response_id in self.responses:
             self.responses[ev.response_id].update(done_seq=seq, done_ms=now)
         elif isinstance(ev, (TickIssued, UnitIssued, TranscriptionRequested)):
             self._issue(seq, ev, now)
         elif isinstance(ev, TickAnswer):
+            if isinstance(ev, UnitOutput) and self.state.duplex.response_id not in (None, *self.responses):
+                # A full-duplex model's turn: its first speaking unit opens the response.
+                self._open_response(self.state.duplex.response_id, seq, now)
             self._answer(seq, ev, verdict, now, before)
         if isinstance(ev, _TOUCH_RESPONSE):
             self._remember_response(ev)
+
+    def _open_response(self, rid: str, seq: int, now: int) -> None:
+        """Start response ``rid``'s lane at clock reading ``now`` (its audio in the format the
+        state gives it)."""
+        resp = self.state.responses.get(rid)
+        fmt = resp.output_format if resp is not None else self.state.config.output_format
+        self.lanes[f"response:{rid}"] = Lane(f"response:{rid}", fmt.type, fmt.rate)
+        self.responses[rid] = {"id": rid, "seq": seq, "start_ms": now, "done_seq": None, "done_ms": None}
 
     def _commit(self, seq: int, ev: InputCommitted) -> None:
         lane = self.lanes.get("user")

@@ -20,12 +20,12 @@ from typing import Any, Optional
 import numpy as np
 import pytest
 
-from duplex_es.events import AudioAppended, TickOutput, WorldChunk, to_plain
+from duplex_es.events import AudioAppended, TickOutput, UnitIssued, UnitOutput, WorldChunk, to_plain
 from duplex_es.replay import replay
 from duplex_es.store import Database, EventLog
 
 from conftest import backend_url
-from inspect_support import CUT_MS, serving_inspector, spoken_barge_in, world_session
+from inspect_support import CUT_MS, full_duplex_overlap, serving_inspector, spoken_barge_in, world_session
 from servers import running
 from tampering import attack
 
@@ -116,7 +116,11 @@ def test_the_overview_of_a_barge_in_has_both_speakers_the_cut_and_the_ticks(logs
     assert item["marks"] and item["text"].startswith(item["transcript"]) and len(item["transcript"]) < len(item["text"])
     answered = [t for t in ov["ticks"] if t["response_id"] == resp["id"]]
     assert answered[0]["applied"] == [user["commits"][0]["seq"]]  # the first tick applied the commit
-    assert all(a["verdict"] == "accepted" for t in answered for a in t["answers"])
+    answers = [a for t in answered for a in t["answers"]]
+    assert all(a["verdict"] == "accepted" for a in answers if a["seq"] < resp["done_seq"])
+    late = [a for a in answers if a["seq"] > resp["done_seq"]]  # a chunk the engine finished after the cut
+    assert all(a["verdict"].startswith("discarded") for a in late)
+    assert {a["seq"] for a in late} <= {e["seq"] for e in ov["errors"]}
     types = {m[2] for m in ov["markers"]}
     assert {"input_audio_buffer.speech_started", "response.done", "conversation.item.truncated", "playback.acked"} <= types
     assert [e["type"] for e in ov["lifecycle"]][-1] == "session.closed"
@@ -130,12 +134,14 @@ def test_audio_comes_back_as_logged_with_a_header_whose_duration_matches(logs):
     assert rate == 24000 and np.array_equal(pcm, logged)
     part, _ = wav_samples(get(port, f"sessions/{sid}/audio.wav?lane=user&from_ms=1000&to_ms=2500", raw=True))
     assert np.array_equal(part, logged[24000:60000])
+    # The reply as the session kept it: a chunk that came after the cut is discarded, not played.
+    accepted = {row.seq for row in replay(log, sid).timeline if row.verdict == "accepted"}
     out = b"".join(
         base64.b64decode(r.event.audio) for r in log.read_session(sid)
-        if isinstance(r.event, TickOutput) and r.event.response_id == barge["response_id"]
+        if isinstance(r.event, TickOutput) and r.event.response_id == barge["response_id"] and r.seq in accepted
     )
     said, _ = wav_samples(get(port, f"sessions/{sid}/audio.wav?lane=response:{barge['response_id']}", raw=True))
-    assert said.tobytes() == out  # every chunk was accepted (none came after the cancel)
+    assert said.tobytes() == out
 
 
 def test_peaks_are_the_min_and_max_of_the_logged_audio_per_bucket(logs):
@@ -246,3 +252,31 @@ def test_the_exported_file_holds_the_view_and_the_audio_and_nothing_from_the_net
     pcm, _ = wav_samples(user)
     assert np.array_equal(pcm, logged_user_audio(log, sid))
     assert len(data["events"]) == log.head(sid) and data["audit"]["ok"] is True
+
+
+def test_a_full_duplex_session_shows_its_units_and_the_models_turns_with_their_audio(tmp_path: Path):
+    """The model's turns open from its units (no response.create): each turn's lane holds the
+    audio of its speaking units, the units show the appends they heard, and the overlap
+    decision that cut the second turn is on the lifecycle lane."""
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    with running(url, tmp_path) as (port, _, _):
+        sid = full_duplex_overlap(port)
+    db = Database(url)
+    records = EventLog(db).read_session(sid)
+    db.dispose()
+    with serving_inspector(url, tmp_path) as base:
+        with urllib.request.urlopen(f"{base}api/sessions/{sid}/overview", timeout=60) as r:
+            ov = json.loads(r.read())
+        first = ov["responses"][0]
+        with urllib.request.urlopen(f"{base}api/sessions/{sid}/audio.wav?lane=response:{first['id']}", timeout=60) as r:
+            said, _ = wav_samples(r.read())
+    units = [t for t in ov["ticks"] if t["kind"] == "duplex"]
+    issued = [r for r in records if isinstance(r.event, UnitIssued)]
+    assert len(units) == len(issued) and [u["applied"] for u in units] == [list(r.event.applied_event_ids) for r in issued]
+    assert first["status"] == "completed" and first["audio_ms"] > 1000
+    spoken = b"".join(base64.b64decode(r.event.audio) for r in records if isinstance(r.event, UnitOutput) and r.event.audio and r.seq <= first["done_seq"])
+    assert said.tobytes() == spoken
+    cut = next(r for r in ov["responses"] if r["status"] == "cancelled")
+    assert cut["reason"] == "turn_detected" and cut["audio_ms"] > 0
+    decided = next(e for e in ov["lifecycle"] if e["type"] == "overlap.decided")
+    assert "barge_in" in decided["summary"] and cut["id"] in decided["summary"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -22,11 +23,13 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from duplex_es.events import AudioAppended, TickOutput
+from duplex_es.replay import replay
 from duplex_es.store import Database, EventLog
 
 from conftest import backend_url
-from inspect_support import CUT_MS, serving_inspector, spoken_barge_in
+from inspect_support import CUT_MS, serving_inspector, spoken_barge_in, world_session
 from servers import running
+from tampering import attack
 
 pytestmark = pytest.mark.slow
 
@@ -65,19 +68,24 @@ def pixels(rows: tuple[int, int], rgb: tuple[int, int, int], x0: float = 0, x1: 
 
 @pytest.fixture(scope="module")
 def spoken(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """A real barge-in on SQLite: ``{"url", "session", "user_s", "assistant_s", "done_seq"}``
-    (the logged audio's durations in seconds, to the sample)."""
+    """A real barge-in on SQLite: ``{"url", "session_id", "user_s", "assistant_s", "done_seq",
+    "world"}`` (the logged audio's durations in seconds, to the sample; a world session made
+    on the same log)."""
     folder = tmp_path_factory.mktemp("inspector-browser")
     with backend_url("sqlite", folder) as url:
         with running(url, folder, worker_args=["--chunk-ms", "250"]) as (port, _, _):
             made = spoken_barge_in(port)
+            world = world_session(port)
         db = Database(url)
-        records = EventLog(db).read_session(made["session_id"])
+        log = EventLog(db)
+        records = log.read_session(made["session_id"])
+        accepted = {row.seq for row in replay(log, made["session_id"]).timeline if row.verdict == "accepted"}
         db.dispose()
     user = sum(len(base64.b64decode(r.event.audio)) // 2 for r in records if isinstance(r.event, AudioAppended))
-    said = sum(len(base64.b64decode(r.event.audio)) // 2 for r in records if isinstance(r.event, TickOutput))
+    # The reply as the session kept it: an answer that came after the cut was discarded.
+    said = sum(len(base64.b64decode(r.event.audio)) // 2 for r in records if isinstance(r.event, TickOutput) and r.seq in accepted)
     done = next(r.seq for r in records if r.event.TYPE == "response.done")
-    yield {"url": url, "folder": folder, **made, "user_s": user / 24000, "assistant_s": said / 24000, "done_seq": done}
+    yield {"url": url, "folder": folder, **made, "user_s": user / 24000, "assistant_s": said / 24000, "done_seq": done, "world": world}
 
 
 @pytest.fixture
@@ -180,3 +188,51 @@ def test_the_exported_file_works_opened_from_disk(spoken: dict, browser: Any, tm
     check_page(browser, spoken, shot)
     assert browser.execute_script("return location.protocol") == "file:"
     assert shot.stat().st_size > 10_000
+
+
+def test_a_key_is_asked_for_under_serve_and_the_audit_names_a_tampered_check(spoken: dict, browser: Any, tmp_path: Path):
+    """``serve --api-key``'s /inspect/: the page asks for the key (a wrong one is refused), then
+    fetches with it; on a tampered copy of the log the failing audit check is highlighted."""
+    copy = tmp_path / "tampered.db"
+    with sqlite3.connect(spoken["url"].removeprefix("sqlite:///")) as src, sqlite3.connect(copy) as dst:
+        src.backup(dst)
+    db = Database(f"sqlite:///{copy}")
+    sid = spoken["session_id"]
+    attack(db, f"UPDATE events SET data = replace(data, 'turn_detected', 'client_cancelled') WHERE session_id = '{sid}' AND type = 'response.done'")
+    db.dispose()
+    with running(f"sqlite:///{copy}", tmp_path, workers=0, server_args=["--api-key", "inspector-test-key"]) as (port, _, _):
+        browser.get(f"http://127.0.0.1:{port}/inspect/#/s/{sid}")
+        wait_for(browser, "return !document.getElementById('login').hidden", "the key form")
+        browser.find_element(By.ID, "login-key").send_keys("not-the-key")
+        browser.find_element(By.CSS_SELECTOR, "#login-form button").click()
+        wait_for(browser, "return document.getElementById('login-error').textContent === 'That key was refused.'", "the refusal")
+        browser.find_element(By.ID, "login-key").clear()
+        browser.find_element(By.ID, "login-key").send_keys("inspector-test-key")
+        browser.find_element(By.CSS_SELECTOR, "#login-form button").click()
+        failed = wait_for(browser, "return [...document.querySelectorAll('#audit .badge.failed')].map(b => b.textContent)", "the failed audit")
+        assert failed == ["audit failed: chain", "chain ✗"]
+        assert "edited" in browser.find_element(By.CSS_SELECTOR, "#audit .violation").text
+        # The audio came with the key too (as blobs): the players hold the logged audio.
+        wait_for(browser, "return document.getElementById('audio-user').readyState >= 1", "the user's audio")
+        duration = browser.execute_script("return document.getElementById('audio-user').duration")
+        assert abs(duration - spoken["user_s"]) < 1 / 24000
+        browser.save_screenshot(str(tmp_path / "tampered.png"))
+        refused = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        # The one refused key shows as the 401 the browser logs for its request; nothing else failed.
+        assert all("401" in e["message"] for e in refused), refused
+
+
+def test_a_world_session_shows_its_frames_with_the_interactions_each_chunk_applied(spoken: dict, browser: Any, tmp_path: Path):
+    world = spoken["world"]
+    with serving_inspector(spoken["url"], tmp_path) as base:
+        browser.get(f"{base}#/s/{world['session_id']}")
+        wait_for(browser, "return document.querySelectorAll('#filmstrip .chunk img').length > 2 && "
+                 "[...document.querySelectorAll('#filmstrip .chunk img')].every(i => i.complete && i.naturalWidth === 48)", "the filmstrip's frames")
+        cards = browser.find_elements(By.CSS_SELECTOR, "#filmstrip .chunk")
+        applied = next(c for c in cards if f"chunk {world['applied_chunk']} " in c.text)
+        assert "#1 camera=" in applied.text and "#2 “snowy hills”" in applied.text
+        applied.click()
+        wait_for(browser, "return document.getElementById('side-title').textContent.startsWith('State after event #')", "the state after the chunk")
+        assert "world.chunk" in browser.find_element(By.ID, "side-event").text
+        browser.save_screenshot(str(tmp_path / "world.png"))
+        assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

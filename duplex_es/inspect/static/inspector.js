@@ -122,7 +122,7 @@ async function guarded(fn) {
     if (err instanceof AuthNeeded) {
       if (sessionStorage.getItem(KEY_SLOT)) $("login-error").textContent = "That key was refused.";
       sessionStorage.removeItem(KEY_SLOT);
-      askKey(route);
+      askKey(() => guarded(route));
     } else {
       notice(String(err.message || err));
       console.warn(err);
@@ -181,6 +181,7 @@ async function showSession(sid) {
   $("where").textContent = sid;
   S.sid = sid;
   S.peaks.clear();
+  S.violations = [];
   const ov = await api("sessions/" + encodeURIComponent(sid) + "/overview");
   S.ov = ov;
   S.view = { from: 0, to: Math.max(ov.duration_ms, 1000) };
@@ -208,6 +209,8 @@ async function loadAudit() {
   const box = $("audit");
   box.replaceChildren(el("span", { class: "muted", text: "audit…" }));
   const a = await api("sessions/" + encodeURIComponent(S.sid) + "/audit");
+  S.violations = a.violations;
+  scheduleDraw();
   const kids = [el("span", { class: "badge " + (a.ok ? "passed" : "failed"), text: a.ok ? "audit ok" : "audit failed: " + a.failed_check })];
   for (const [name, verdict] of Object.entries(a.checks)) {
     kids.push(el("span", { class: "badge check " + (verdict === "failed" ? "failed" : ""), "data-check": name, text: name + " " + (verdict === "failed" ? "✗" : "✓") }));
@@ -423,6 +426,12 @@ const DRAW = {
     }
   },
   errors(l) {
+    for (const v of S.violations || []) { // the audit's findings, where they are on the clock
+      const m = S.ov.markers.find((mk) => mk[0] >= v.seq);
+      const x = xOf(m ? m[1] : S.ov.duration_ms);
+      label("✗ " + v.check, x - 4, l.y + l.h - 4, "#c62828");
+      S.hits.push({ x0: x - 6, x1: x + 40, y0: l.y, y1: l.y + l.h, seq: v.seq, what: `audit ${v.check} @ seq ${v.seq}: ${v.message}` });
+    }
     for (const e of S.ov.errors) {
       const x = xOf(e.at_ms);
       ctx.fillStyle = "#c62828";
@@ -670,7 +679,7 @@ async function route() {
   const m = location.hash.match(/^#\/s\/(.+)$/);
   if (EXPORT && !m) { location.hash = "#/s/" + encodeURIComponent(EXPORT.overview.session_id); return; }
   const cfg = await api("config");
-  if (cfg.auth && !sessionStorage.getItem(KEY_SLOT)) { askKey(route); return; }
+  if (cfg.auth && !sessionStorage.getItem(KEY_SLOT)) { askKey(() => guarded(route)); return; }
   if (m) await showSession(decodeURIComponent(m[1]));
   else await showList();
 }
