@@ -5,7 +5,8 @@ URIs. It opens from disk (``file://``) with nothing else.
 
 Bounded (docs/inspector.md, "Exporting"): the user's audio up to :data:`MAX_AUDIO_MS`, each
 response's audio, the first :data:`MAX_EVENTS` event rows, the state after up to
-:data:`MAX_STATES` events (every event that is not an input append, evenly thinned beyond that)
+:data:`MAX_STATES` events (every event that is not an input append, evenly thinned beyond that
+or beyond :data:`MAX_STATE_BYTES` of JSON)
 and the frames of the first :data:`MAX_CHUNKS` world chunks; what was left out is named in the
 page's notice.
 """
@@ -20,14 +21,15 @@ from duplex_es.inspect.lanes import MAX_BUCKETS
 from duplex_es.inspect.service import MAX_EVENTS_PAGE, Inspector
 from duplex_es.inspect.web import static_text
 
-__all__ = ["MAX_AUDIO_MS", "MAX_CHUNKS", "MAX_EVENTS", "MAX_STATES", "export_html"]
+__all__ = ["MAX_AUDIO_MS", "MAX_CHUNKS", "MAX_EVENTS", "MAX_STATES", "MAX_STATE_BYTES", "export_data", "export_html"]
 
 #: The user audio an export holds (ms from the start): 10 minutes (28.8 MB of WAV at 24 kHz).
 MAX_AUDIO_MS = 600_000
 #: Event rows an export holds.
 MAX_EVENTS = 20_000
-#: States (after chosen events) an export holds.
+#: States (after chosen events) an export holds, at most, and the bytes of JSON they may take.
 MAX_STATES = 400
+MAX_STATE_BYTES = 32_000_000
 #: World chunks whose frames an export holds.
 MAX_CHUNKS = 100
 #: Waveform buckets per lane in an export (the page cannot ask for finer ones).
@@ -70,11 +72,18 @@ def export_data(inspector: Inspector, session_id: str) -> dict[str, Any]:
     if ov["head"] > MAX_EVENTS:
         notes.append(f"events: the first {MAX_EVENTS} of {ov['head']} are included")
     wanted = [m[0] for m in ov["markers"]] or [ov["head"]]
-    if len(wanted) > MAX_STATES:
-        step = len(wanted) / MAX_STATES
-        wanted = sorted({wanted[int(i * step)] for i in range(MAX_STATES)} | {wanted[-1]})
+    # A state holds every item's audio segments, so it grows with the session: the last one,
+    # the largest, sets how many fit in the budget.
+    last = len(json.dumps(inspector.states_at(session_id, [wanted[-1]])[wanted[-1]]["state"]))
+    room = max(1, min(MAX_STATES, MAX_STATE_BYTES // max(1, last)))
+    if len(wanted) > room:
+        step = len(wanted) / room
+        wanted = sorted({wanted[int(i * step)] for i in range(room - 1)} | {wanted[-1]})
         notes.append(f"states: after {len(wanted)} of the {len(ov['markers'])} events that are not input appends")
-    states = {s: inspector.state_at(session_id, s) for s in wanted}
+    rows = {r["seq"]: r for r in events}
+    states = inspector.states_at(session_id, wanted)
+    for seq, st in states.items():
+        st["event"] = rows[seq] if seq in rows else inspector.events(session_id, seq, 1)["rows"][0]
     frames: dict[int, list[str]] = {}
     if ov["world"] is not None:
         for chunk in ov["world"]["chunks"][:MAX_CHUNKS]:

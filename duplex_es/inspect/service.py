@@ -10,6 +10,7 @@ audits are cached by ``(session, head seq)``. Both caches are bounded (:data:`CA
 from __future__ import annotations
 
 import base64
+import functools
 import threading
 from collections import OrderedDict
 from typing import Any, Callable, Optional
@@ -77,6 +78,18 @@ class InspectError(DuplexError):
         return {"error": {"code": self.code, "message": self.message, "param": self.param}}
 
 
+def _locked(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run an :class:`Inspector` method ``(self, session_id, ...)`` under the session's lock
+    (:meth:`Inspector.session_lock`)."""
+
+    @functools.wraps(method)
+    def wrapper(self: "Inspector", session_id: str, *args: Any, **kwargs: Any) -> Any:
+        with self.session_lock(session_id):
+            return method(self, session_id, *args, **kwargs)
+
+    return wrapper
+
+
 def _not_found(session_id: str) -> InspectError:
     return InspectError("session_not_found", f"no session {session_id}", status=404, param="session_id")
 
@@ -94,6 +107,8 @@ class Inspector:
         self._lock = threading.Lock()
         self._timelines: OrderedDict[str, Timeline] = OrderedDict()
         self._audits: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
+        # Session id -> held while its timeline is built or read (it grows in place).
+        self._building: dict[str, threading.RLock] = {}
 
     # ---------------------------------------------------------------------------- sessions
 
@@ -167,27 +182,39 @@ class Inspector:
         Raises:
             InspectError: ``session_not_found``.
         """
-        with self._lock:
-            tl = self._timelines.pop(session_id, None)
-            head = self.log.head(session_id)
-            if head == 0:
-                raise _not_found(session_id)
+        head = self.log.head(session_id)
+        if head == 0:
+            raise _not_found(session_id)
+        with self.session_lock(session_id):
+            with self._lock:
+                tl = self._timelines.get(session_id)
             if tl is None or tl.head > head:
                 tl = Timeline(session_id)
             while tl.head < head:
                 tl.feed(self.log.read_session(session_id, after_seq=tl.head, up_to_seq=min(head, tl.head + _PAGE)))
-            self._timelines[session_id] = tl
-            while len(self._timelines) > CACHED_SESSIONS:
-                self._timelines.popitem(last=False)
+            with self._lock:
+                self._timelines[session_id] = tl
+                self._timelines.move_to_end(session_id)
+                while len(self._timelines) > CACHED_SESSIONS:
+                    gone, _ = self._timelines.popitem(last=False)
+                    self._building.pop(gone, None)
             return tl
+
+    def session_lock(self, session_id: str) -> threading.RLock:
+        """The lock held while the session's timeline is built or read: one build per session at
+        a time, other sessions not held up, and no read of a timeline while it grows."""
+        with self._lock:
+            return self._building.setdefault(session_id, threading.RLock())
 
     def overview(self, session_id: str) -> dict[str, Any]:
         """:meth:`Timeline.overview` of the session (docs/inspector.md)."""
-        return self.timeline(session_id).overview()
+        with self.session_lock(session_id):
+            return self.timeline(session_id).overview()
 
     def seq_at(self, session_id: str, ms: int) -> int:
         """The last event logged at or before clock reading ``ms``."""
-        return self.timeline(session_id).seq_at(ms)
+        with self.session_lock(session_id):
+            return self.timeline(session_id).seq_at(ms)
 
     # ------------------------------------------------------------------------------ audio
 
@@ -212,6 +239,7 @@ class Inspector:
             out.update((r.seq, r.event) for r in self.log.read_seqs(session_id, seqs[i : i + _READ_BATCH]))
         return out
 
+    @_locked
     def samples(self, session_id: str, lane_name: str, from_ms: Optional[int] = None, to_ms: Optional[int] = None) -> tuple[np.ndarray, int]:
         """``(int16 samples, rate)`` of a lane from ``from_ms`` to ``to_ms`` (ms on the lane's own
         clock: the input clock for ``user``, the response's audio for ``response:<id>``; default
@@ -236,6 +264,7 @@ class Inspector:
         pcm, rate = self.samples(session_id, lane_name, from_ms, to_ms)
         return wav_bytes(pcm, rate)
 
+    @_locked
     def peaks(self, session_id: str, lane_name: str, from_ms: Optional[int] = None, to_ms: Optional[int] = None, buckets: int = 1000) -> dict[str, Any]:
         """Waveform peaks of a lane: ``{"lane", "from_ms", "to_ms", "buckets", "min": [...],
         "max": [...]}``, int16 values, one pair per bucket of ``(to_ms - from_ms) / buckets`` ms.
@@ -271,6 +300,7 @@ class Inspector:
                 state = evolve(state, r.seq, r.event)
         return state
 
+    @_locked
     def events(self, session_id: str, from_seq: int = 1, limit: int = 200, *, full: bool = False) -> dict[str, Any]:
         """A page of the session's events from ``from_seq``: ``{"head", "from_seq", "rows":
         [{"seq", "position", "recorded_at_us", "at_ms", "type", "verdict", "summary"}]}`` with
@@ -300,6 +330,7 @@ class Inspector:
             rows.append(row)
         return {"session_id": session_id, "head": tl.head, "from_seq": from_seq, "rows": rows}
 
+    @_locked
     def state_at(self, session_id: str, seq: int) -> dict[str, Any]:
         """The state after event ``seq`` (the reducer's, as ``GET /v1/sessions/{id}`` shows it)
         and that event's row: ``{"session_id", "seq", "state", "event": row}``.
@@ -315,6 +346,29 @@ class Inspector:
         for r in self.log.read_session(session_id, after_seq=at, up_to_seq=seq):
             state = evolve(state, r.seq, r.event)
         return {"session_id": session_id, "seq": seq, "state": to_plain(state), "event": row}
+
+    @_locked
+    def states_at(self, session_id: str, seqs: list[int]) -> dict[int, dict[str, Any]]:
+        """:meth:`state_at` for many seqs in one forward walk (from the nearest kept state when
+        it is ahead), without the event rows: ``{seq: {"session_id", "seq", "state"}}``.
+
+        Raises:
+            InspectError: unknown session, a seq outside 1..head.
+        """
+        tl = self.timeline(session_id)
+        out: dict[int, dict[str, Any]] = {}
+        at, state = 0, None
+        for seq in sorted(set(seqs)):
+            if not 1 <= seq <= tl.head:
+                raise InspectError("seq_out_of_range", f"seq {seq} is outside session {session_id}, whose events are 1..{tl.head}", param="seq")
+            kept, kept_state = tl.state_from(seq)
+            if state is None or kept > at:
+                at, state = kept, kept_state
+            for r in self.log.read_session(session_id, after_seq=at, up_to_seq=seq):
+                state = evolve(state, r.seq, r.event)
+            at = seq
+            out[seq] = {"session_id": session_id, "seq": seq, "state": to_plain(state)}
+        return out
 
     def audit(self, session_id: str) -> dict[str, Any]:
         """The audit verdict (:func:`duplex_es.audit.audit_session`), cached per head seq:

@@ -189,10 +189,11 @@ async function showSession(sid) {
   renderSummary();
   resizeCanvas();
   scheduleDraw();
-  loadAudit();
+  $("audit").replaceChildren(el("span", { class: "muted", text: "audit…" }));
   await setupPlayers();
   renderFilmstrip();
   await loadEvents(1);
+  await loadAudit(); // last: it reads the whole session again, and what is shown comes first
 }
 
 function renderSummary() {
@@ -207,7 +208,6 @@ function renderSummary() {
 
 async function loadAudit() {
   const box = $("audit");
-  box.replaceChildren(el("span", { class: "muted", text: "audit…" }));
   const a = await api("sessions/" + encodeURIComponent(S.sid) + "/audit");
   S.violations = a.violations;
   scheduleDraw();
