@@ -381,7 +381,8 @@ def cmd_chain_key(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     from duplex_es.inspect import Inspector
 
-    log = EventLog(_read_db(args))
+    keys = _chain_keys(args)  # the audit verifies keyed chains with it
+    log = EventLog(_read_db(args), keys=keys)
     inspector = Inspector(log)
     if args.out is not None:
         from duplex_es.inspect.export import export_html
@@ -624,7 +625,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_chain_key)
 
     p = sub.add_parser(
-        "inspect", parents=[common],
+        "inspect", parents=[common, chain_key],
         help="serve the session inspector (timeline, audio, state at any event) on a local web page, or export one session as a single HTML file",
     )
     p.add_argument("session_id", nargs="?", default=None, help="open this session (a unique prefix is enough); required with --out")

@@ -280,3 +280,13 @@ def test_a_full_duplex_session_shows_its_units_and_the_models_turns_with_their_a
     assert cut["reason"] == "turn_detected" and cut["audio_ms"] > 0
     decided = next(e for e in ov["lifecycle"] if e["type"] == "overlap.decided")
     assert "barge_in" in decided["summary"] and cut["id"] in decided["summary"]
+
+
+def test_inspect_refuses_an_address_other_machines_reach_and_an_export_without_a_session(logs, capsys):
+    _, _, _, _, url, _ = logs
+    from duplex_es.cli.main import main
+
+    assert main(["inspect", "--db", url, "--host", "0.0.0.0"]) == 2
+    assert "--host 0.0.0.0 is reachable from other machines, and `inspect` has no authentication" in capsys.readouterr().err
+    assert main(["inspect", "--db", url, "--out", "x.html"]) == 2
+    assert "inspect --out FILE.html: name the session to export" in capsys.readouterr().err
