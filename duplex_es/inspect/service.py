@@ -4,7 +4,9 @@ world frames. Transport-free: :mod:`duplex_es.inspect.web` puts it on HTTP, and
 :mod:`duplex_es.inspect.export` into one HTML file.
 
 Timelines are cached per session and continued when the session grows (keyed by its head seq);
-audits are cached by ``(session, head seq)``. Both caches are bounded (:data:`CACHED_SESSIONS`).
+audits are cached by ``(session, head seq)`` for :data:`AUDIT_TTL_S`. Both caches are bounded
+(:data:`CACHED_SESSIONS`). Neither sees rows edited in place (the head stays): a timeline shows
+what was read, and an audit is redone after its TTL.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import base64
 import functools
 import threading
+import time
 from collections import OrderedDict
 from typing import Any, Callable, Optional
 
@@ -44,10 +47,13 @@ from duplex_es.inspect.timeline import Timeline
 from duplex_es.replay import summarize, verdict_of
 from duplex_es.store import EventLog
 
-__all__ = ["CACHED_SESSIONS", "MAX_EVENTS_PAGE", "MAX_WAV_MS", "InspectError", "Inspector"]
+__all__ = ["AUDIT_TTL_S", "CACHED_SESSIONS", "MAX_EVENTS_PAGE", "MAX_WAV_MS", "InspectError", "Inspector"]
 
 #: Timelines (and audits) kept in memory; the least recently used goes first.
 CACHED_SESSIONS = 8
+#: How long an audit verdict is reused for the same head (s): rows edited in place (tampering)
+#: leave the head as it was.
+AUDIT_TTL_S = 60.0
 #: The most events one page of rows holds.
 MAX_EVENTS_PAGE = 1000
 #: The longest audio one WAV request returns (ms): 10 minutes (28.8 MB at 24 kHz PCM16).
@@ -148,7 +154,7 @@ class Inspector:
                 "chunks": n[WorldChunk.TYPE],
                 "errors": sum(n[t] for t in (*_REFUSALS, *_FAILURES)),
                 "owner": owner,
-                "audit": self._audits.get((s.session_id, s.events)),
+                "audit": self._cached_audit(s.session_id, s.events),
             }
             if kind and row["kind"] != kind or status and row["status"] != status:
                 continue
@@ -158,6 +164,10 @@ class Inspector:
                 continue
             rows.append(row)
         return rows
+
+    def _cached_audit(self, session_id: str, head: int) -> Optional[dict[str, Any]]:
+        cached = self._audits.get((session_id, head))
+        return _public(cached) if cached is not None and time.monotonic() - cached["_at"] < AUDIT_TTL_S else None
 
     @staticmethod
     def _status(n: dict[str, int]) -> str:
@@ -371,7 +381,8 @@ class Inspector:
         return out
 
     def audit(self, session_id: str) -> dict[str, Any]:
-        """The audit verdict (:func:`duplex_es.audit.audit_session`), cached per head seq:
+        """The audit verdict (:func:`duplex_es.audit.audit_session`), cached per head seq for
+        :data:`AUDIT_TTL_S`:
         ``{"ok", "head", "checks": {name: "ok"|"failed"}, "violations": [{"check", "seq",
         "message"}], counts...}``; the first failing check is ``failed_check``.
 
@@ -384,8 +395,9 @@ class Inspector:
         key = (session_id, head)
         with self._lock:
             cached = self._audits.get(key)
-        if cached is not None:
-            return cached
+        # An edit in place leaves the head as it was: a verdict is trusted for AUDIT_TTL_S only.
+        if cached is not None and time.monotonic() - cached["_at"] < AUDIT_TTL_S:
+            return _public(cached)
         report = audit_session(self.log, session_id)
         violations = [{"check": v.check, "seq": v.seq, "message": v.message} for v in report.violations]
         checks = {name: "ok" for name in ("chain", "key", "decode", report.kind, "snapshots")}
@@ -396,12 +408,13 @@ class Inspector:
             "failed_check": violations[0]["check"] if violations else None, "violations": violations,
             "ticks": report.ticks, "committed_ticks": report.committed_ticks, "applied_events": report.applied_events,
             "discarded_events": report.discarded_events, "pending_events": report.pending_events, "responses": report.responses,
+            "_at": time.monotonic(),
         }
         with self._lock:
             self._audits[key] = out
             while len(self._audits) > CACHED_SESSIONS * 16:
                 self._audits.popitem(last=False)
-        return out
+        return _public(out)
 
     # ------------------------------------------------------------------------------ world
 
@@ -418,6 +431,11 @@ class Inspector:
         if not isinstance(ev, WorldChunk) or not 0 <= index < len(ev.frames):
             raise InspectError("frame_not_found", f"session {session_id} has no frame {index} in a world.chunk at seq {seq}", status=404, param="seq")
         return base64.b64decode(ev.frames[index]), ev.mime_type
+
+
+def _public(audit: dict[str, Any]) -> dict[str, Any]:
+    """An audit answer without its cache bookkeeping."""
+    return {k: v for k, v in audit.items() if k != "_at"}
 
 
 def _event_json(ev: Any) -> dict[str, Any]:

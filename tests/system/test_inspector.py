@@ -236,6 +236,18 @@ def test_the_audit_names_the_failing_check_of_a_tampered_log(logs, tmp_path: Pat
             audit = json.loads(r.read())
     assert audit["ok"] is False and audit["failed_check"] == "chain" and audit["checks"]["chain"] == "failed"
     assert audit["checks"]["decode"] == "ok" and "edited" in audit["violations"][0]["message"]
+    # A row that no longer decodes: the timeline names it; the audit still answers.
+    db = Database(f"sqlite:///{copy}")
+    attack(db, f"UPDATE events SET data = '{{}}' WHERE session_id = '{sid}' AND seq = 5")
+    db.dispose()
+    with serving_inspector(f"sqlite:///{copy}", tmp_path) as base:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{base}api/sessions/{sid}/overview", timeout=60)
+        with urllib.request.urlopen(f"{base}api/sessions/{sid}/audit", timeout=60) as r:
+            audit = json.loads(r.read())
+    body = json.loads(err.value.read())["error"]
+    assert err.value.code == 500 and body["code"] == "stored_event_unreadable" and f"session {sid}, seq 5" in body["message"]
+    assert audit["checks"]["decode"] == "failed"
 
 
 def test_the_exported_file_holds_the_view_and_the_audio_and_nothing_from_the_network(logs, tmp_path: Path):
