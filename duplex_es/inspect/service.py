@@ -72,8 +72,8 @@ _COUNTED = (ResponseCreated.TYPE, WorldChunk.TYPE, SessionDetached.TYPE, Session
 
 class InspectError(DuplexError):
     """A request the inspector refuses: ``code`` (``session_not_found``, ``invalid_parameter``,
-    ``lane_not_found``, ``seq_out_of_range``, ``frame_not_found``), the HTTP ``status`` it maps
-    to, and ``param``, the parameter at fault."""
+    ``lane_not_found``, ``seq_out_of_range``, ``frame_not_found``, ``session_log_broken``: its
+    seqs have a gap), the HTTP ``status`` it maps to, and ``param``, the parameter at fault."""
 
     def __init__(self, code: str, message: str, *, status: int = 400, param: Optional[str] = None) -> None:
         super().__init__(message)
@@ -201,7 +201,10 @@ class Inspector:
             if tl is None or tl.head > head:
                 tl = Timeline(session_id)
             while tl.head < head:
-                tl.feed(self.log.read_session(session_id, after_seq=tl.head, up_to_seq=min(head, tl.head + _PAGE)))
+                try:
+                    tl.feed(self.log.read_session(session_id, after_seq=tl.head, up_to_seq=min(head, tl.head + _PAGE)))
+                except ValueError as exc:  # a gap in the seqs: rows deleted (the audit's chain check names them)
+                    raise InspectError("session_log_broken", str(exc), status=500, param="session_id") from exc
             with self._lock:
                 self._timelines[session_id] = tl
                 self._timelines.move_to_end(session_id)

@@ -248,6 +248,15 @@ def test_the_audit_names_the_failing_check_of_a_tampered_log(logs, tmp_path: Pat
     body = json.loads(err.value.read())["error"]
     assert err.value.code == 500 and body["code"] == "stored_event_unreadable" and f"session {sid}, seq 5" in body["message"]
     assert audit["checks"]["decode"] == "failed"
+    # ... and a deleted row: a gap in the seqs.
+    db = Database(f"sqlite:///{copy}")
+    attack(db, f"DELETE FROM events WHERE session_id = '{sid}' AND seq = 5")
+    db.dispose()
+    with serving_inspector(f"sqlite:///{copy}", tmp_path) as base:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{base}api/sessions/{sid}/overview", timeout=60)
+    body = json.loads(err.value.read())["error"]
+    assert (err.value.code, body["code"], body["message"]) == (500, "session_log_broken", f"session {sid}: expected seq 5, got 6")
 
 
 def test_the_exported_file_holds_the_view_and_the_audio_and_nothing_from_the_network(logs, tmp_path: Path):

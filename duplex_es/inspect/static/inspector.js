@@ -97,7 +97,7 @@ const fmtMs = (ms) => {
   const s = ms / 1000;
   if (s < 60) return s.toFixed(s < 10 ? 2 : 1) + " s";
   const m = Math.floor(s / 60);
-  return m + ":" + String(Math.floor(s % 60)).padStart(2, "0") + (m < 60 ? "" : "");
+  return m + ":" + String(Math.floor(s % 60)).padStart(2, "0");
 };
 const fmtTime = (us) => (us ? new Date(us / 1000).toISOString().replace("T", " ").slice(0, 19) : "");
 const notice = (text) => { $("notice").textContent = text || ""; };
