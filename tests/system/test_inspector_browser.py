@@ -154,7 +154,7 @@ def check_page(driver: Any, spoken: dict, shot: Path, after_zoom: Callable[[], N
     assert state["responses"][spoken["response_id"]]["status"] == "cancelled"
     assert "response.done" in driver.find_element(By.ID, "side-event").text
     # Zoomed on the barge-in for the screenshot.
-    driver.execute_script("const r = S.ov.responses[0]; setView(r.start_ms - 2500, r.start_ms + r.audio_ms + 600); S.cursor = r.start_ms + %d; window.scrollTo(0, 0);" % CUT_MS)
+    driver.execute_script("const r = S.ov.responses[0]; setView(r.start_ms - 2500, r.start_ms + r.audio_ms + 600); S.cursor = null; window.scrollTo(0, 0);")
     wait_for(driver, pixels(ASSISTANT_ROWS, ORANGE).replace("return countPixels", "return 200 < countPixels"), "the zoomed reply")
     after_zoom()
     driver.save_screenshot(str(shot))

@@ -179,6 +179,7 @@ const S = {
 async function showSession(sid) {
   show("session");
   $("where").textContent = sid;
+  notice(EXPORT && EXPORT.note ? EXPORT.note : "");
   S.sid = sid;
   S.peaks.clear();
   S.violations = [];
