@@ -29,6 +29,7 @@ from duplex_es.store import Database, EventLog
 from conftest import backend_url
 from inspect_support import CUT_MS, serving_inspector, spoken_barge_in, world_session
 from servers import running
+from wsclient import WsClient
 from tampering import attack
 
 pytestmark = pytest.mark.slow
@@ -44,6 +45,10 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
+
+#: What the typing user sends: markup that would run if the page (or the export's inlined data)
+#: treated it as HTML.
+MARKUP = "</script><script>window.pwned = 1</script><img src=x onerror='window.pwned = 2'>"
 
 #: Lane rows of the timeline canvas (CSS px), as inspector.js lays them out for a speech session.
 USER_ROWS, ASSISTANT_ROWS = (20, 116), (116, 212)
@@ -77,6 +82,10 @@ def spoken(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         with running(url, folder, worker_args=["--chunk-ms", "250"]) as (port, _, _):
             made = spoken_barge_in(port)
             world = world_session(port)
+            typed = WsClient(port)  # a user who types markup: the page must show it as text
+            typed.say(MARKUP)
+            typed.respond()
+            typed.close()
         db = Database(url)
         log = EventLog(db)
         records = log.read_session(made["session_id"])
@@ -86,7 +95,10 @@ def spoken(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     # The reply as the session kept it: an answer that came after the cut was discarded.
     said = sum(len(base64.b64decode(r.event.audio)) // 2 for r in records if isinstance(r.event, TickOutput) and r.seq in accepted)
     done = next(r.seq for r in records if r.event.TYPE == "response.done")
-    yield {"url": url, "folder": folder, **made, "user_s": user / 24000, "assistant_s": said / 24000, "done_seq": done, "world": world}
+    yield {
+        "url": url, "folder": folder, **made, "user_s": user / 24000, "assistant_s": said / 24000, "done_seq": done, "world": world,
+        "typed": typed.session_id,
+    }
 
 
 @pytest.fixture
@@ -237,3 +249,18 @@ def test_a_world_session_shows_its_frames_with_the_interactions_each_chunk_appli
         assert "world.chunk" in browser.find_element(By.ID, "side-event").text
         browser.save_screenshot(str(tmp_path / "world.png"))
         assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_what_a_user_typed_stays_text_in_the_page_and_in_the_export(spoken: dict, browser: Any, tmp_path: Path):
+    out = tmp_path / "typed.html"
+    subprocess.run(
+        [sys.executable, "-m", "duplex_es.cli.main", "inspect", spoken["typed"], "--db", spoken["url"], "--out", str(out)],
+        check=True, capture_output=True,
+    )
+    with serving_inspector(spoken["url"], tmp_path) as base:
+        for url in (f"{base}#/s/{spoken['typed']}", out.as_uri()):
+            browser.get(url)
+            rows = wait_for(browser, "return [...document.querySelectorAll('#events tbody tr')].map(r => r.textContent).join('\\n')", "the events")
+            assert "input.text.appended" in rows and MARKUP[:40] in rows  # shown as the characters typed
+            assert browser.execute_script("return window.pwned === undefined && !document.querySelector('#events img')")
+            assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
