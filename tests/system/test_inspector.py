@@ -227,36 +227,36 @@ def test_the_audit_names_the_failing_check_of_a_tampered_log(logs, tmp_path: Pat
     copy = tmp_path / "tampered.db"
     with sqlite3.connect(url.removeprefix("sqlite:///")) as src, sqlite3.connect(copy) as dst:
         src.backup(dst)  # with what is still in the WAL
-    db = Database(f"sqlite:///{copy}")
     sid = barge["session_id"]
-    attack(db, f"UPDATE events SET data = replace(data, 'turn_detected', 'client_cancelled') WHERE session_id = '{sid}' AND type = 'response.done'")
-    db.dispose()
-    with serving_inspector(f"sqlite:///{copy}", tmp_path) as base:
-        with urllib.request.urlopen(f"{base}api/sessions/{sid}/audit", timeout=60) as r:
-            audit = json.loads(r.read())
+
+    def after(statement: str) -> dict[str, tuple[int, dict]]:
+        """Run ``statement`` on the copy; then ``duplex-es inspect``'s answers (status, JSON)
+        for the session's audit and overview."""
+        db = Database(f"sqlite:///{copy}")
+        attack(db, statement)
+        db.dispose()
+        answers = {}
+        with serving_inspector(f"sqlite:///{copy}", tmp_path) as base:
+            for what in ("audit", "overview"):
+                try:
+                    with urllib.request.urlopen(f"{base}api/sessions/{sid}/{what}", timeout=60) as r:
+                        answers[what] = (r.status, json.loads(r.read()))
+                except urllib.error.HTTPError as err:
+                    answers[what] = (err.code, json.loads(err.read())["error"])
+        return answers
+
+    edited = after(f"UPDATE events SET data = replace(data, 'turn_detected', 'client_cancelled') WHERE session_id = '{sid}' AND type = 'response.done'")
+    status, audit = edited["audit"]
     assert audit["ok"] is False and audit["failed_check"] == "chain" and audit["checks"]["chain"] == "failed"
     assert audit["checks"]["decode"] == "ok" and "edited" in audit["violations"][0]["message"]
     # A row that no longer decodes: the timeline names it; the audit still answers.
-    db = Database(f"sqlite:///{copy}")
-    attack(db, f"UPDATE events SET data = '{{}}' WHERE session_id = '{sid}' AND seq = 5")
-    db.dispose()
-    with serving_inspector(f"sqlite:///{copy}", tmp_path) as base:
-        with pytest.raises(urllib.error.HTTPError) as err:
-            urllib.request.urlopen(f"{base}api/sessions/{sid}/overview", timeout=60)
-        with urllib.request.urlopen(f"{base}api/sessions/{sid}/audit", timeout=60) as r:
-            audit = json.loads(r.read())
-    body = json.loads(err.value.read())["error"]
-    assert err.value.code == 500 and body["code"] == "stored_event_unreadable" and f"session {sid}, seq 5" in body["message"]
-    assert audit["checks"]["decode"] == "failed"
+    unreadable = after(f"UPDATE events SET data = '{{}}' WHERE session_id = '{sid}' AND seq = 5")
+    status, body = unreadable["overview"]
+    assert status == 500 and body["code"] == "stored_event_unreadable" and f"session {sid}, seq 5" in body["message"]
+    assert unreadable["audit"][1]["checks"]["decode"] == "failed"
     # ... and a deleted row: a gap in the seqs.
-    db = Database(f"sqlite:///{copy}")
-    attack(db, f"DELETE FROM events WHERE session_id = '{sid}' AND seq = 5")
-    db.dispose()
-    with serving_inspector(f"sqlite:///{copy}", tmp_path) as base:
-        with pytest.raises(urllib.error.HTTPError) as err:
-            urllib.request.urlopen(f"{base}api/sessions/{sid}/overview", timeout=60)
-    body = json.loads(err.value.read())["error"]
-    assert (err.value.code, body["code"], body["message"]) == (500, "session_log_broken", f"session {sid}: expected seq 5, got 6")
+    status, body = after(f"DELETE FROM events WHERE session_id = '{sid}' AND seq = 5")["overview"]
+    assert (status, body["code"], body["message"]) == (500, "session_log_broken", f"session {sid}: expected seq 5, got 6")
 
 
 def test_the_exported_file_holds_the_view_and_the_audio_and_nothing_from_the_network(logs, tmp_path: Path):
