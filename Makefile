@@ -9,7 +9,7 @@ DB     ?=
 # it declares (onnxruntime, from the extra `vad`, runs it): pyproject.toml, extra `vad`.
 SILERO := silero-vad==6.2.3
 
-.PHONY: install demo test serve worker bench chaos postgres clean
+.PHONY: install demo test serve worker bench chaos postgres browser clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,8 +28,9 @@ demo: install
 	$(BIN)/duplex-es demo
 
 ## test: the whole suite, on SQLite and on the local PostgreSQL (with the tools extra, so the
-## benchmark's smoke test runs too, and the clients extra: the four Realtime clients the tests drive)
-test: $(CLIENTS_STAMP) postgres
+## benchmark's smoke test runs too, and the clients extra: the four Realtime clients the tests drive;
+## Debian's chromium drives the inspector's page: see `browser`)
+test: $(CLIENTS_STAMP) postgres browser
 	$(BIN)/python -m pytest -q
 
 $(CLIENTS_STAMP): $(STAMP) pyproject.toml
@@ -60,6 +61,15 @@ chaos: install
 ## postgres: start the local PostgreSQL cluster if it is not running (the tests need it)
 postgres:
 	@scripts/ensure-postgres
+
+## browser: Debian's chromium and chromium-driver for the inspector's browser test
+## (tests/system/test_inspector_browser.py), installed with apt only when /usr/bin/chromium or
+## /usr/bin/chromedriver is missing (sudo when not root; apt-get update only if the install fails)
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || \
+	  $(SUDO) apt-get install -y chromium chromium-driver || \
+	  { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium chromium-driver; }
 
 clean:
 	rm -rf $(VENV) demo-output chaos-output .pytest_cache .hypothesis *.egg-info

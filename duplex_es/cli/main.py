@@ -397,6 +397,47 @@ def cmd_chain_key(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from duplex_es.inspect import Inspector
+
+    keys = _chain_keys(args)  # the audit verifies keyed chains with it
+    log = EventLog(_read_db(args), keys=keys)
+    inspector = Inspector(log)
+    if args.out is not None:
+        from duplex_es.inspect.export import export_html
+
+        if not args.session_id:
+            raise CliError("inspect --out FILE.html: name the session to export")
+        session_id = _resolve_session(log, args.session_id)
+        html = export_html(inspector, session_id)
+        with open(args.out, "w", encoding="utf-8") as out:
+            out.write(html)
+        console.print(f"wrote session {session_id} to {args.out} ({len(html.encode()) // 1024} KiB)", highlight=False)
+        return 0
+    if not _loopback_only(args.host) and not args.allow_remote:
+        raise CliError(
+            f"--host {args.host} is reachable from other machines, and `inspect` has no authentication: anyone could read "
+            "every session; use `serve` (its /inspect checks API keys), or --allow-remote if that is what you want"
+        )
+    import uvicorn
+
+    from duplex_es.inspect.web import create_inspector_app
+
+    path = ""
+    if args.session_id:
+        import time
+
+        session_id = _resolve_session(log, args.session_id)
+        path = f"#/s/{session_id}"
+        # Built before serving: the first look at a long session then costs no wait.
+        started = time.perf_counter()
+        head = inspector.timeline(session_id).head
+        console.print(f"read session {session_id}: {head} events in {time.perf_counter() - started:.1f} s", highlight=False)
+    console.print(f"inspector on http://{args.host}:{args.port}/{path} ({log.db.describe()})", highlight=False)
+    uvicorn.run(create_inspector_app(inspector), host=args.host, port=args.port, log_level=args.log_level.lower())
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from duplex_es.export import write_jsonl
 
@@ -617,6 +658,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("chain_key_command", choices=["new", "list"])
     p.add_argument("file", help="the key file: new creates it (mode 0600) or puts a new signing key before the old ones")
     p.set_defaults(func=cmd_chain_key)
+
+    p = sub.add_parser(
+        "inspect", parents=[common, chain_key],
+        help="serve the session inspector (timeline, audio, state at any event) on a local web page, or export one session as a single HTML file",
+    )
+    p.add_argument("session_id", nargs="?", default=None, help="open this session (a unique prefix is enough); required with --out")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=port, default=8100)
+    p.add_argument("--allow-remote", action="store_true", help="serve on a --host other machines can reach (no authentication: they read every session)")
+    p.add_argument("--out", default=None, metavar="FILE.html", help="write the session's view as one self-contained HTML file instead of serving")
+    p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("export", parents=[common], help="write events as JSON Lines, each in its current schema version")
     p.add_argument("session_id", nargs="?", default=None, help="one session (default: the whole log, in position order)")

@@ -7,6 +7,7 @@ from typing import Iterable
 
 from duplex_es.events.base import Event
 from duplex_es.events.catalogue import AudioAppended, AudioSegment, ItemCreated, ResponseCreated, TickOutput
+from duplex_es.events.duplex import UnitOutput
 
 __all__ = ["audio_bytes", "join_audio", "segments_audio"]
 
@@ -14,11 +15,12 @@ __all__ = ["audio_bytes", "join_audio", "segments_audio"]
 def audio_bytes(event: Event) -> bytes:
     """The audio an event carries (in its session's declared format), ``b""`` if none.
 
-    ``input_audio_buffer.appended`` and ``tick.output`` carry one base64 payload;
+    ``input_audio_buffer.appended``, ``tick.output`` and ``duplex.unit.output`` (a full-duplex
+    model's speech, which its assistant items' segments point at) carry one base64 payload;
     ``conversation.item.created`` the ``input_audio`` parts of its content;
     ``response.created`` those of its inline ``input`` items, one after the other.
     """
-    if isinstance(event, (AudioAppended, TickOutput)):
+    if isinstance(event, (AudioAppended, TickOutput, UnitOutput)):
         return base64.b64decode(event.audio) if event.audio else b""
     if isinstance(event, ItemCreated):
         return b"".join(base64.b64decode(p.audio) for p in event.content if p.audio)

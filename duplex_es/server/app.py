@@ -1,5 +1,6 @@
 """The ASGI application: the routes, the lifespan of the sessions, and the HTTP endpoints
-(session state for debugging, health, Prometheus metrics). The WebSocket endpoints,
+(session state for debugging, health, Prometheus metrics) and the session inspector under
+``/inspect`` (:mod:`duplex_es.inspect.web`). The WebSocket endpoints,
 ``/v1/realtime`` and ``/v1/world``, are in :mod:`duplex_es.server.endpoints`.
 """
 
@@ -14,16 +15,18 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Mount, Route, WebSocketRoute
 
 from duplex_es.events import to_plain
+from duplex_es.inspect import Inspector
+from duplex_es.inspect.web import create_inspector_app
 from duplex_es.server.endpoints import Server, realtime, world
 from duplex_es.server.models import ModelMap
 from duplex_es.server.principals import Keyring
 from duplex_es.server.sessions import DEFAULT_MODEL, DuplexSessions
 from duplex_es.server.throttle import ResumeThrottle
 from duplex_es.snapshots import load_state
-from duplex_es.store import Database, KeyRing
+from duplex_es.store import Database, EventLog, KeyRing
 
 __all__ = ["create_app", "DEFAULT_MODEL"]
 
@@ -114,7 +117,11 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.sessions = sessions
-    app.state.server = Server(sessions=sessions, db=db, keyring=keys, throttle=resume_throttle or ResumeThrottle())
+    server = Server(sessions=sessions, db=db, keyring=keys, throttle=resume_throttle or ResumeThrottle())
+    app.state.server = server
+    # The inspector (docs/inspector.md): the same principals and ownership as the API; its
+    # reads run in a thread pool, never on the loop that serves sessions.
+    app.router.routes.append(Mount("/inspect", app=create_inspector_app(Inspector(EventLog(db, keys=chain_keys)), authenticate=server.authenticate)))
     return app
 
 

@@ -14,6 +14,7 @@ from duplex_es.store.log import (
     EventLog,
     RawRecord,
     Recorded,
+    SessionStats,
     StoredEventError,
     WrongExpectedSeq,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "EventLog",
     "RawRecord",
     "Recorded",
+    "SessionStats",
     "SnapshotStore",
     "StoredEventError",
     "StoredSnapshot",

@@ -35,6 +35,7 @@ __all__ = [
     "WrongExpectedSeq",
     "StoredEventError",
     "EventLog",
+    "SessionStats",
 ]
 
 #: ``expected_seq`` for writers that append at the session's head whatever it is (workers).
@@ -113,6 +114,20 @@ class StoredEventError(LogError):
     def __init__(self, position: int, session_id: str, seq: int, cause: Exception) -> None:
         self.position, self.session_id, self.seq = position, session_id, seq
         super().__init__(f"event at position {position} (session {session_id}, seq {seq}): {cause}")
+
+
+@attrs.frozen
+class SessionStats:
+    """One session's row counts, without decoding its events (:meth:`EventLog.session_stats`):
+    ``events`` rows, the first row's ``first_position``, the first and last ``recorded_at_us``
+    (µs since the epoch), and ``counts[i]``, how many of its rows have the i-th type asked for."""
+
+    session_id: str
+    events: int
+    first_position: int
+    first_us: int
+    last_us: int
+    counts: tuple[int, ...]
 
 
 def _now_us() -> int:
@@ -458,6 +473,37 @@ class EventLog:
                 .order_by(events_t.c.position)
             )
             return [r[0] for r in rows]
+
+    def session_stats(self, count_types: Sequence[str]) -> list[SessionStats]:
+        """Every session's :class:`SessionStats`, ordered by first position, in one grouped
+        query; ``counts`` follows ``count_types`` (the store knows no event semantics: the
+        caller names the types it wants counted, e.g. refusals)."""
+        c = events_t.c
+        counted = [sa.func.sum(sa.case((c.type == t, 1), else_=0)) for t in count_types]
+        q = (
+            sa.select(c.session_id, sa.func.count(), sa.func.min(c.position), sa.func.min(c.recorded_at_us), sa.func.max(c.recorded_at_us), *counted)
+            .group_by(c.session_id)
+            .order_by(sa.func.min(c.position))
+        )
+        with self.db.read() as conn:
+            rows = conn.execute(q).all()
+        return [SessionStats(r[0], r[1], r[2], r[3], r[4], tuple(int(n or 0) for n in r[5:])) for r in rows]
+
+    def first_events(self, session_ids: Sequence[str]) -> dict[str, Recorded]:
+        """The first event (seq 1) of each of ``session_ids`` that has one, decoded.
+
+        Raises:
+            StoredEventError: a first event cannot be decoded.
+        """
+        out: dict[str, Recorded] = {}
+        ids = list(session_ids)
+        with self.db.read() as conn:
+            for i in range(0, len(ids), 500):  # bounded IN lists
+                q = sa.select(*_COLUMNS).where(events_t.c.seq == 1, events_t.c.session_id.in_(ids[i : i + 500]))
+                for row in conn.execute(q):
+                    rec = _decode(_raw(row))
+                    out[rec.session_id] = rec
+        return out
 
     def find_session(self, prefix: str) -> list[str]:
         """Session ids that start with ``prefix`` (for CLI arguments)."""
