@@ -29,8 +29,9 @@ from duplex_es.domain.commands import CreateResponse
 from duplex_es.domain.errors import Code
 from duplex_es.domain.playback import refresh_transcripts
 from duplex_es.domain.replace import replace
-from duplex_es.domain.rules import grow_item, open_output_item, put_item, put_response, reject
-from duplex_es.domain.state import Item, Response, SessionState
+from duplex_es.domain.limits import MAX_INSTRUCTIONS_CHARS
+from duplex_es.domain.rules import grow_item, open_output_item, put_item, put_response, reject, shown
+from duplex_es.domain.state import Item, Response, SessionState, TurnRequest
 from duplex_es.domain.ticks import Verdict, judge_echo
 from duplex_es.events import (
     AudioSegment,
@@ -162,6 +163,9 @@ def unit_due(state: SessionState, request_id: Optional[str], *, epoch: Optional[
         wait = cfg.chunk_period_ms * (2 if d.pending else 1)
         if waited is None or waited < wait or not wants_silence(state):
             return []
+    inputs = unit_inputs(state)
+    if d.turn_request is not None and d.turn_request.instructions is not None:
+        inputs = replace(inputs, instructions=d.turn_request.instructions)  # this turn's, from response.create
     return [
         UnitIssued(
             request_id=request_id,
@@ -172,11 +176,12 @@ def unit_due(state: SessionState, request_id: Optional[str], *, epoch: Optional[
             start_sample=d.pending_start if d.pending else state.input_clock,
             response_id=d.response_id,
             engine_state=d.engine_state,
-            inputs=unit_inputs(state),
+            inputs=inputs,
             silence_ms=0 if d.pending or d.items or d.turn_requested else cfg.chunk_period_ms,
             issued_at_ms=now_ms,
             items=tuple(history_entry(state.items[i]) for i in d.items if i in state.items),
             turn_requested=d.turn_requested,
+            acknowledged=d.acknowledged,
         )
     ]
 
@@ -261,18 +266,19 @@ def add_pending(state: SessionState, seq: int, samples: int, start_sample: int) 
     return replace(state, duplex=d)
 
 
-def queue_item(state: SessionState, item_id: str) -> SessionState:
-    """A client-created conversation item of a full-duplex session waits for the next unit
-    (the model reads it there); nothing for a turn-based session (its responses read the
-    conversation)."""
+def queue_item(state: SessionState, item_id: str, seq: int) -> SessionState:
+    """A client-created conversation item of a full-duplex session (``item_id``, created by
+    event ``seq``) waits for the next unit, which applies it (the model reads it there);
+    nothing for a turn-based session (its responses read the conversation)."""
     if not state.full_duplex:
         return state
-    return replace(state, duplex=replace(state.duplex, items=state.duplex.items + (item_id,)))
+    d = state.duplex
+    return replace(state, duplex=replace(d, items=d.items + (item_id,), item_seqs=d.item_seqs + (seq,)))
 
 
 #: ``response.create`` settings a full-duplex turn request may repeat (with the session's
 #: value) but not change: the model takes its turn with the session's settings.
-_TURN_SETTINGS = ("output_modalities", "instructions", "voice", "output_format", "max_output_tokens", "tools", "tool_choice", "parallel_tool_calls", "temperature", "speed")
+_TURN_SETTINGS = ("output_modalities", "voice", "output_format", "max_output_tokens", "tools", "tool_choice", "parallel_tool_calls", "temperature", "speed")
 
 
 def request_turn(state: SessionState, cmd: CreateResponse) -> list[Event]:
@@ -280,8 +286,9 @@ def request_turn(state: SessionState, cmd: CreateResponse) -> list[Event]:
     model's turn, carried by the next unit, which is issued at once (docs/duplex.md, "Function
     calls and client items"). Refused with ``conversation_already_has_active_response`` while
     the model's turn is open, and with ``full_duplex_response_options`` when it sets ``input``
-    or a setting to another value than the session's (``metadata`` is accepted; the turn's
-    ``response.created`` does not carry it: the model opens the turn when it speaks)."""
+    or a setting other than ``instructions`` to another value than the session's. Its
+    ``metadata`` is echoed by the turn the model opens next (LiveKit finds its reply by it), its
+    ``instructions`` ride in the next unit (LiveKit's ``generate_reply(instructions=...)``)."""
     cfg = state.config
     assert cfg is not None
     turn = _open_turn_of(state)
@@ -301,15 +308,20 @@ def request_turn(state: SessionState, cmd: CreateResponse) -> list[Event]:
             return reject(
                 cmd,
                 Code.FULL_DUPLEX_RESPONSE_OPTIONS,
-                f"a full-duplex model takes its turn with the session's settings: response.{name} {str(value)[:64]} differs from the session's "
-                f"{str(getattr(cfg, name))[:64]} (set it with session.update)",
+                f"a full-duplex model takes its turn with the session's settings: response.{name} {shown(value)} differs from the session's "
+                f"{shown(getattr(cfg, name))} (set it with session.update)",
                 f"response.{name}",
             )
-    return [TurnRequested(client_event_id=cmd.event_id)]
+    if o.instructions is not None and len(o.instructions) > MAX_INSTRUCTIONS_CHARS:
+        return reject(
+            cmd, Code.INSTRUCTIONS_TOO_LONG, f"instructions of {len(o.instructions)} characters exceed the limit of {MAX_INSTRUCTIONS_CHARS}", "response.instructions"
+        )
+    return [TurnRequested(client_event_id=cmd.event_id, metadata=o.metadata, instructions=o.instructions)]
 
 
 def evolve_turn_requested(ev: TurnRequested, state: SessionState, seq: int) -> SessionState:
-    return replace(state, duplex=replace(state.duplex, turn_requested=True))
+    request = TurnRequest(metadata=ev.metadata, instructions=ev.instructions)
+    return replace(state, duplex=replace(state.duplex, turn_requested=True, turn_request=request))
 
 
 def requeue(state: SessionState) -> SessionState:
@@ -330,9 +342,15 @@ def requeue(state: SessionState) -> SessionState:
             unit_seqs=(),
             unit_segments=(),
             items=d.unit_items + d.items,
+            item_seqs=d.unit_item_seqs + d.item_seqs,
             unit_items=(),
+            unit_item_seqs=(),
             turn_requested=d.turn_requested or d.unit_turn_requested,
+            turn_request=d.turn_request or d.unit_turn_request,
             unit_turn_requested=False,
+            unit_turn_request=None,
+            acknowledged=d.acknowledged or d.unit_acknowledged,
+            unit_acknowledged=False,
         ),
     )
 
@@ -431,9 +449,15 @@ def evolve_unit_issued(ev: UnitIssued, state: SessionState, seq: int) -> Session
         last_unit_ms=ev.issued_at_ms if ev.issued_at_ms is not None else d.last_unit_ms,
         silent_units=d.silent_units + 1 if ev.silence_ms else 0,
         unit_items=tuple(e.item_id for e in ev.items),
+        unit_item_seqs=tuple(s for i, s in zip(d.items, d.item_seqs) if i in {e.item_id for e in ev.items}),
         items=(),  # all of them went (a deleted one is not read)
+        item_seqs=(),
         unit_turn_requested=ev.turn_requested,
+        unit_turn_request=d.turn_request if ev.turn_requested else None,
         turn_requested=d.turn_requested and not ev.turn_requested,
+        turn_request=None if ev.turn_requested else d.turn_request,
+        unit_acknowledged=ev.acknowledged,
+        acknowledged=d.acknowledged and not ev.acknowledged,
     )
     return replace(state, duplex=d)
 
@@ -457,7 +481,12 @@ def evolve_unit_output(ev: UnitOutput, state: SessionState, seq: int) -> Session
         unit_seqs=(),
         unit_segments=(),
         unit_items=(),
+        unit_item_seqs=(),
         unit_turn_requested=False,
+        unit_turn_request=None,
+        unit_acknowledged=False,
+        # The request this unit carried waits for the turn the model opens (its metadata).
+        answering=d.unit_turn_request or d.answering,
         engine_state=ev.engine_state,
         continue_turn=ev.continue_turn,
         processed=d.processed + len(d.unit_seqs),
@@ -466,7 +495,7 @@ def evolve_unit_output(ev: UnitOutput, state: SessionState, seq: int) -> Session
         turn_audio=d.turn_audio + tuple(s for s in d.unit_segments if s.seq not in d.muted),
         turn_transcript=d.turn_transcript + ev.user_transcript_delta,
     )
-    state = replace(state, duplex=d)
+    state = _applied_items(replace(state, duplex=d), state.duplex.unit_item_seqs)
     if ev.audio or ev.text_delta or ev.function_call is not None:
         if d.response_id is None:
             state = _open_turn(state, ev.request_id, backchannel=ev.backchannel)
@@ -489,8 +518,19 @@ def _unit_failed(state: SessionState, code: str, message: str) -> SessionState:
     """The unit in flight failed with ``code``: it answered its appends and items (the model will not
     hear them again: retrying a failing step would fail again); the open turn, if any, fails."""
     d = state.duplex
-    state = replace(state, duplex=replace(d, unit=None, unit_seqs=(), unit_segments=(), processed=d.processed + len(d.unit_seqs), unit_items=(), unit_turn_requested=False))
-    return _fail(state, code, message)
+    done = replace(
+        d, unit=None, unit_seqs=(), unit_segments=(), processed=d.processed + len(d.unit_seqs),
+        unit_items=(), unit_item_seqs=(), unit_turn_requested=False, unit_turn_request=None, unit_acknowledged=False,
+    )
+    return _fail(_applied_items(replace(state, duplex=done), d.unit_item_seqs), code, message)
+
+
+def _applied_items(state: SessionState, seqs: tuple[int, ...]) -> SessionState:
+    """The client items a unit carried (their ``conversation.item.created`` ``seqs``) are
+    applied: no tick takes them again (docs/architecture.md, I5)."""
+    if not seqs:
+        return state
+    return replace(state, unapplied=tuple(s for s in state.unapplied if s not in seqs))
 
 
 def _fail(state: SessionState, code: str, message: str) -> SessionState:
@@ -503,8 +543,15 @@ def _fail(state: SessionState, code: str, message: str) -> SessionState:
 
 
 def evolve_overlap_decided(ev: OverlapDecided, state: SessionState, seq: int) -> SessionState:
-    # A barge-in is its consequences (the cancel logged after it); a drop mutes the speech.
-    d = replace(state.duplex, overlap_item=ev.item_id, drop_item=ev.item_id if ev.decision == "drop" else state.duplex.drop_item)
+    # A barge-in is its consequences (the cancel logged after it); a drop mutes the speech; a
+    # short acknowledgement is told to the model in the next unit (it does not answer it).
+    d = state.duplex
+    d = replace(
+        d,
+        overlap_item=ev.item_id,
+        drop_item=ev.item_id if ev.decision == "drop" else d.drop_item,
+        acknowledged=d.acknowledged or ev.reason == "short_acknowledgement",
+    )
     return replace(state, duplex=d)
 
 
@@ -549,6 +596,7 @@ def _open_turn(state: SessionState, request_id: str, *, backchannel: bool = Fals
         started_at_sample=state.input_clock,
         inputs=unit_inputs(state),  # what the turn's function calls are checked against
         backchannel=backchannel,
+        metadata=None if backchannel or d.answering is None else d.answering.metadata,
     )
     item = Item(
         id=item_id,
@@ -561,6 +609,7 @@ def _open_turn(state: SessionState, request_id: str, *, backchannel: bool = Fals
     state = put_item(put_response(state, resp), item)
     duplex = replace(state.duplex, response_id=response_id)
     if not backchannel:
+        duplex = replace(duplex, answering=None)  # the turn answers the client's request, if any
         # (Speech going on goes on into the next user item.)
         duplex = replace(duplex, turn_audio=(), turn_transcript="", turn_item_id=None, turn_speech=state.vad.speaking)
     return replace(state, active_response_id=response_id, duplex=duplex, idle_since_sample=None)

@@ -403,7 +403,10 @@ def evolve_speech_started(ev: SpeechStarted, state: SessionState, seq: int) -> S
     # The VAD state came with the append; speech stops the idle timeout. A full-duplex model's
     # next user item is of speech (docs/duplex.md, "The model's answers").
     if state.full_duplex and not state.duplex.turn_speech:
-        state = replace(state, duplex=replace(state.duplex, turn_speech=True))
+        # The user item takes server VAD's id for the speech, as in turn-based sessions, unless
+        # the model already named it (a transcript delta went out under the unit's id).
+        named = state.duplex.turn_transcript != ""
+        state = replace(state, duplex=replace(state.duplex, turn_speech=True, turn_item_id=state.duplex.turn_item_id if named else ev.item_id))
     return state if state.idle_since_sample is None else replace(state, idle_since_sample=None)
 
 

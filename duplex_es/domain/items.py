@@ -138,7 +138,7 @@ def decide_truncate_item(cmd: TruncateItem, state: SessionState) -> list[Event]:
 
 def evolve_item_created(ev: ItemCreated, state: SessionState, seq: int) -> SessionState:
     # A full-duplex model reads the client's items in its next unit (docs/duplex.md).
-    return queue_item(_item_created(ev, state, seq), ev.item_id)
+    return queue_item(_item_created(ev, state, seq), ev.item_id, seq)
 
 
 def _item_created(ev: ItemCreated, state: SessionState, seq: int) -> SessionState:

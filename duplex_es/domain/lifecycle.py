@@ -261,7 +261,11 @@ def _duplex_problem(p: SessionPatch, state: SessionState) -> Optional[tuple[str,
         if busy:
             return (
                 Code.TURN_MODE_BUSY,
-                "duplex.mode changes only while no response runs and no input waits (commit or clear the buffer, let the model finish)",
+                (
+                    "duplex.mode changes only while no unit or response runs and no input waits (let the model finish its turn and hear the audio sent)"
+                    if state.full_duplex
+                    else "duplex.mode changes only while no response runs and no input waits (commit or clear the buffer, let the model finish)"
+                ),
                 "session.duplex.mode",
             )
     low, high = CHUNK_PERIOD_RANGE_MS

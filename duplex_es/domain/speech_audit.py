@@ -99,6 +99,8 @@ def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: E
                     bad.append(Violation("ticks", seq, f"applies seq {a}, which is not an accepted model-feeding event before it"))
                 elif a in applied_by:
                     bad.append(Violation("ticks", seq, f"applies seq {a}, already applied by {applied_by[a]}"))
+                elif a in units.applied_items:
+                    bad.append(Violation("ticks", seq, f"applies seq {a}, whose item unit {units.applied_items[a]} applied"))
                 elif a in discarded:
                     bad.append(Violation("ticks", seq, f"applies seq {a}, discarded at seq {discarded[a]}"))
                 else:
@@ -134,6 +136,8 @@ def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: E
                     owner = applied_by.get(d)
                     if owner is not None and (owner in committed or owner not in ev.cancelled_request_ids):
                         bad.append(Violation("ticks", seq, f"discards seq {d}, applied by live or committed tick {owner}"))
+                    if d in units.applied_items:
+                        bad.append(Violation("ticks", seq, f"discards seq {d}, whose item unit {units.applied_items[d]} applied"))
                     discarded[d] = seq
         elif isinstance(ev, ResponseCreated):
             created[ev.response_id] = seq
@@ -161,6 +165,7 @@ def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: E
             transcribed[ev.request_id] = seq
         elif isinstance(ev, ItemCreated):  # logged only when accepted (refusals are command.rejected)
             bad.extend(calls.item(seq, ev))
+            units.item_seqs[ev.item_id] = seq
         elif isinstance(ev, AudioAppended):
             units.appends.append(seq)
         elif isinstance(ev, UnitIssued):
@@ -184,7 +189,7 @@ def audit_speech(session_id: str, events: Sequence[tuple[int, Event]], evolve: E
     for rid, (seq, t) in ticks.items():
         if t.applied_event_ids and rid not in committed and rid not in cancelled and closed:
             bad.append(Violation("ticks", seq, f"tick {rid} neither committed nor cancelled in a closed session"))
-    applied_ok = {s for s, rid in applied_by.items() if rid in committed}
+    applied_ok = {s for s, rid in applied_by.items() if rid in committed} | set(units.applied_items)  # items a full-duplex unit applied
     pending = [s for s in feeding if s not in applied_ok and s not in discarded]
     if closed:
         for s in pending:
@@ -287,6 +292,8 @@ class _Units:
 
     appends: list[int] = attrs.Factory(list)
     read: dict[str, str] = attrs.Factory(dict)  # client item id -> the committed unit that carried it
+    item_seqs: dict[str, int] = attrs.Factory(dict)  # client item id -> seq of its conversation.item.created
+    applied_items: dict[int, str] = attrs.Factory(dict)  # that seq -> the committed unit that applied it
     units: dict[str, tuple[int, UnitIssued]] = attrs.Factory(dict)
     applied: dict[int, str] = attrs.Factory(dict)  # append seq -> committed unit
     answers: dict[str, int] = attrs.Factory(dict)  # unit -> seq of its answer
@@ -327,6 +334,8 @@ class _Units:
             if entry.item_id in self.read:
                 bad.append(Violation("units", seq, f"item {entry.item_id} reached the model twice: in {self.read[entry.item_id]} and {ev.request_id}"))
             self.read[entry.item_id] = ev.request_id
+            if entry.item_id in self.item_seqs:
+                self.applied_items[self.item_seqs[entry.item_id]] = ev.request_id
         return bad
 
     def finish(self) -> list[Violation]:

@@ -302,6 +302,16 @@ class Lease:
 
 
 @attrs.frozen(kw_only=True)
+class TurnRequest:
+    """A client's request for a full-duplex model's turn (``response.create``): its
+    ``metadata`` (echoed on the turn's ``response.created`` / ``response.done``) and the
+    ``instructions`` for that turn (``None``: the session's)."""
+
+    metadata: Optional[Any] = None
+    instructions: Optional[str] = None
+
+
+@attrs.frozen(kw_only=True)
 class DuplexState:
     """A full-duplex session's input pipeline (docs/duplex.md).
 
@@ -320,9 +330,13 @@ class DuplexState:
     while ``drop_item`` speaks, appends are ``muted``: applied by their units, not heard.
     ``turn_speech``: server VAD heard speech since the last user item.
     ``items`` are the client-created conversation items waiting for the next unit (ids, in
-    order; ``unit_items`` those of the unit in flight), ``turn_requested`` whether the client
-    asked for the model's turn since the last unit (``unit_turn_requested``: the unit in
-    flight carries the request).
+    order, and ``item_seqs`` the seqs of their ``conversation.item.created``; ``unit_items`` /
+    ``unit_item_seqs`` those of the unit in flight): a committed unit applies them, as a tick
+    applies model-feeding events. ``turn_requested`` whether the client asked for the model's
+    turn since the last unit, ``turn_request`` that request (its ``metadata``, echoed by the
+    turn it opens; ``unit_turn_requested`` / ``unit_turn_request``: the unit in flight carries
+    it; ``answering``: the request the model got and has not answered by a turn yet). ``acknowledged``: the overlap policy decided speech over the model's turn was a short
+    acknowledgement since the last unit (the next unit tells the engine).
     """
 
     pending: tuple[int, ...] = ()
@@ -349,9 +363,16 @@ class DuplexState:
     muted: tuple[int, ...] = ()
     turn_speech: bool = False
     items: tuple[str, ...] = ()
+    item_seqs: tuple[int, ...] = ()
     unit_items: tuple[str, ...] = ()
+    unit_item_seqs: tuple[int, ...] = ()
     turn_requested: bool = False
     unit_turn_requested: bool = False
+    turn_request: Optional["TurnRequest"] = None
+    unit_turn_request: Optional["TurnRequest"] = None
+    answering: Optional["TurnRequest"] = None
+    acknowledged: bool = False
+    unit_acknowledged: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -50,7 +50,11 @@ class UnitIssued(TickRequest):
     ``items`` are the conversation items the client created since the previous unit (a typed
     message, a ``function_call_output``), as the model reads them, in conversation order: each
     reaches the model in exactly one committed unit. ``turn_requested``: the client asked for
-    the model's turn (``response.create``); the engine decides whether it speaks.
+    the model's turn (``response.create``; its instructions, if it gave some, are the unit's
+    ``inputs.instructions``); the engine decides whether it speaks. ``acknowledged``: speech
+    over the model's turn was decided a short acknowledgement since the previous unit (the
+    overlap policy's ``short_acknowledgement``): the model talks through it and does not answer
+    it.
     """
 
     request_id: str
@@ -68,6 +72,7 @@ class UnitIssued(TickRequest):
     issued_at_ms: Optional[int] = None
     items: tuple[HistoryEntry, ...] = ()
     turn_requested: bool = False
+    acknowledged: bool = False
     kind: str = "duplex"
 
     def failed(self, session_id: str, code: str, message: str) -> "UnitFailed":
@@ -168,6 +173,9 @@ class TurnRequested(Event):
     """The client asked a full-duplex model for its turn (``response.create`` in a
     ``full_duplex`` session, e.g. after sending a tool's output): the next unit carries the
     request at once and the model decides whether and what it says (docs/duplex.md, "Function
-    calls and client items")."""
+    calls and client items"). ``metadata`` is echoed by the turn the model opens next;
+    ``instructions`` (``None``: the session's) ride in the unit that carries the request."""
 
     client_event_id: Optional[str] = None
+    metadata: Optional[Any] = None
+    instructions: Optional[str] = None

@@ -615,6 +615,8 @@ def _session_update(p: _P) -> Command:
                 fields["voice"] = _voice(out["voice"], "session.audio.output.voice")
     duplex = p.obj("duplex", s, "session")
     if duplex is not None:
+        if "modes" in duplex:  # session.updated shows it; a client echoing the object back learns why
+            raise _Bad(Code.INVALID_EVENT, "session.duplex.modes is read only (the modes the session's engine offers); leave it out", "session.duplex.modes")
         p.keys({"transcript_on_truncate", "acknowledge_appends", "mode", "chunk_period_ms", "overlap", "barge_in_ms", "extension_events", "backchannels"}, duplex, "session.duplex")
         if "extension_events" in duplex:
             fields["extension_events"] = duplex["extension_events"]

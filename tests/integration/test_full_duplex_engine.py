@@ -118,3 +118,62 @@ def test_backchannels_acknowledge_a_long_turn_and_change_nothing_of_what_the_mod
         assert acks == []
     answer = [o for o in outs if o.text_delta and not o.backchannel]
     assert "".join(o.text_delta for o in answer) == f"You said: {user.transcript}."
+
+
+def test_a_response_create_with_nothing_to_answer_still_gets_a_turn_with_its_metadata(engine: FullDuplexEngine):
+    from duplex_es.domain import CreateResponse, ResponseOptions
+
+    live = Live(engine)
+    live.say(silence(0.4))
+    options = ResponseOptions(metadata={"client_event_id": "lk_7"}, instructions="Greet the user.")
+    live.h.run(CreateResponse(response_id=nid("resp"), item_id=nid("item"), request_id=nid("req"), options=options))
+    live.wait_until(lambda: live.h.state.duplex.response_id is not None)  # the model takes the turn
+    turn = live.h.state.responses[live.h.state.duplex.response_id]
+    assert turn.metadata == {"client_event_id": "lk_7"}  # LiveKit finds its reply by it
+    live.wait_until(lambda: live.h.state.duplex.response_id is None)
+    said = "".join(o.text_delta for o in live.outputs())
+    assert said == "I did not catch that. Could you say it again?"  # the echo agent's answer to no input
+    assert live.users() == []  # silence is no utterance
+
+
+def test_a_short_acknowledgement_over_the_reply_is_talked_through_and_never_answered(engine: FullDuplexEngine):
+    from duplex_es.events import OverlapDecided
+    from duplex_es.worker.speech.tts import Synthesizer
+
+    okay = Synthesizer().synthesize("okay", 24000, "alloy").pcm
+    live = Live(engine, barge_in_ms=1500)
+    live.say(speech("weather_question_24k.wav") + silence(0.3))
+    live.wait_until(lambda: live.h.state.duplex.response_id is not None)
+    live.say(silence(0.2) + okay + silence(0.8))  # "okay" over the reply
+    decided = [e for _, e in live.h.log if isinstance(e, OverlapDecided)]
+    assert [(d.decision, d.reason) for d in decided] == [("listen", "short_acknowledgement")]
+    live.wait_until(lambda: live.h.state.duplex.response_id is None)
+    live.say(silence(2.0))  # long enough for any answer to start
+    turns = [o for o in live.outputs() if o.end_of_turn]
+    assert len(turns) == 1 and len(live.users()) == 1  # one reply, to the question only
+
+
+def test_a_tools_output_that_comes_while_the_user_speaks_is_said_after_their_turn_with_the_answer(engine: FullDuplexEngine):
+    from duplex_es.domain import CreateItem
+
+    weather = {
+        "type": "function", "name": "get_weather", "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    }
+    from duplex_es.worker.speech.tts import Synthesizer
+
+    live = Live(engine, tools=(weather,))
+    live.say(Synthesizer().synthesize("What's the weather like in London today?", 24000, "alloy").pcm + silence(0.3))
+    live.wait_until(lambda: live.h.state.calls and all(c.status == "completed" for c in live.h.state.calls.values()))
+    live.wait_until(lambda: live.h.state.duplex.response_id is None)
+    (call_id,) = live.h.state.calls
+    correction = speech("correction_24k.wav")
+    live.say(correction[: len(correction) // 2])  # the user starts talking again ...
+    live.h.run(CreateItem(item_id="item_out", role="tool", type="function_call_output", call_id=call_id, output="sunny"))
+    live.say(correction[len(correction) // 2 :] + silence(0.4))  # ... and the output came meanwhile
+    assert live.h.state.duplex.response_id is None  # not said over the user
+    live.wait_until(lambda: live.h.state.duplex.response_id is not None)
+    live.wait_until(lambda: live.h.state.duplex.response_id is None)
+    last_user = live.users()[-1]
+    said = "".join(o.text_delta for o in live.outputs() if not o.function_call)
+    assert said == f"Get weather says: sunny. You said: {last_user.transcript}."

@@ -412,17 +412,25 @@ def test_response_create_in_a_full_duplex_session_requests_the_models_turn():
         return h.run(CreateResponse(response_id=nid("resp"), item_id=nid("item"), request_id=nid("req"), options=ResponseOptions(**options)))
 
     h = Duplex.start()
-    (refusal,) = create(instructions="Be brief.")
-    assert isinstance(refusal, CommandRejected) and refusal.code == Code.FULL_DUPLEX_RESPONSE_OPTIONS and refusal.param == "response.instructions"
+    (refusal,) = create(voice="echo")
+    assert isinstance(refusal, CommandRejected) and refusal.code == Code.FULL_DUPLEX_RESPONSE_OPTIONS and refusal.param == "response.voice"
+    assert '"echo"' in refusal.message and '"alloy"' in refusal.message
     # The session's own settings may be repeated (pipecat sends its output modalities).
-    (asked,) = create(output_modalities=h.state.config.output_modalities)
+    # ... and its metadata and instructions are taken (LiveKit's generate_reply sends both).
+    (asked,) = create(output_modalities=h.state.config.output_modalities, metadata={"client_event_id": "lk_1"}, instructions="Greet the user.")
     assert isinstance(asked, TurnRequested)
     h.run(CreateItem(item_id="item_typed", role="user", content=(ContentPart(type="input_text", text="Tell me a joke."),)))
     h.pump()
     unit = h.unit()
     assert unit.turn_requested and [e.item_id for e in unit.items] == ["item_typed"] and unit.silence_ms == 0
-    # A unit cancelled before it is answered gives its items and the request back.
+    assert unit.inputs.instructions == "Greet the user."
+    # The turn the model opens answers the request: its metadata comes back.
+    mark = len(h.wire)
     h.answer(audio=speech(200), text_delta="Why ")
+    created = next(w for w in h.wire[mark:] if w["type"] == "response.created")["response"]
+    assert created["metadata"] == {"client_event_id": "lk_1"}
+    typed_seq = next(s for s, e in h.log if e.TYPE == "conversation.item.created")
+    assert typed_seq not in h.state.unapplied  # applied by the unit: no tick takes it again
     h.pump()
     (busy,) = create()
     assert isinstance(busy, CommandRejected) and busy.code == Code.ACTIVE_RESPONSE  # the model's turn is open
@@ -554,3 +562,48 @@ def test_speech_heard_while_the_model_speaks_goes_into_the_next_user_item():
     assert set(talked) <= {s.seq for s in second.audio}  # what it heard during its turn, in the item
     assert second.input_samples == 600 * 24
     assert h.refold() == h.state
+
+
+def test_a_client_item_a_unit_applied_is_neither_discarded_at_close_nor_applied_again_after_a_mode_change():
+    from duplex_es.domain import CloseSession, CreateItem, evolve
+    from duplex_es.domain.speech_audit import audit_speech
+    from duplex_es.events import ContentPart, EpochAdvanced, TickIssued
+
+    def typed(item_id: str, text: str) -> None:
+        h.run(CreateItem(item_id=item_id, role="user", content=(ContentPart(type="input_text", text=text),)))
+        h.pump()
+
+    h = Duplex.start()
+    typed("item_a", "First.")
+    h.answer(listen_reason="reading")
+    seq_a = next(s for s, e in h.log if e.TYPE == "conversation.item.created")
+    # Idle: the session may go turn-based; its next response reads the conversation, but no
+    # tick applies the item the model already read.
+    h.run(UpdateSession(patch=SessionPatch(turn_mode="turn_based")))
+    from duplex_es.domain import CreateResponse
+
+    h.run(CreateResponse(response_id=nid("resp"), item_id=nid("item"), request_id=nid("req")))
+    (tick,) = [e for _, e in h.log if isinstance(e, TickIssued)]
+    assert seq_a not in tick.applied_event_ids
+    assert audit_speech(h.state.session_id, h.log, evolve).violations == ()
+
+    h2 = Duplex.start()
+    h = h2
+    typed("item_b", "Second.")
+    h.answer(listen_reason="reading")
+    seq_b = next(s for s, e in h.log if e.TYPE == "conversation.item.created")
+    h.run(CloseSession())
+    discarded = {d for _, e in h.log if isinstance(e, EpochAdvanced) for d in e.discarded_event_ids}
+    assert seq_b not in discarded  # the model read it: it was applied, not thrown away
+    assert audit_speech(h.state.session_id, h.log, evolve).violations == ()
+
+
+def test_sending_back_the_read_only_duplex_modes_is_refused_with_a_message_that_says_so():
+    import json
+
+    from duplex_es.domain import Invalid
+    from duplex_es.protocol import parse_frame
+
+    frame = {"type": "session.update", "session": {"type": "realtime", "duplex": {"mode": "full_duplex", "modes": ["turn_based", "full_duplex"]}}}
+    refused = parse_frame(json.dumps(frame), nid)
+    assert isinstance(refused, Invalid) and refused.param == "session.duplex.modes" and "read only" in refused.message

@@ -198,20 +198,28 @@ class FullDuplexEngine:
         raw = ctx.read_audio(tick.audio) if tick.audio else b""
         pcm = decode_to_pcm16(raw, fmt.type) if raw else np.zeros(0, dtype="<i2")
         unit_ms = len(pcm) * 1000 // fmt.rate + tick.silence_ms  # a silence unit is quiet time
+        if tick.acknowledged:
+            # The session decided the speech over its turn was an "mm-hm": talk through it,
+            # never answer it.
+            fresh = self._fresh()
+            state = {**state, **{k: fresh[k] for k in _UTTERANCE}}
         hearing = self._hear(state, pcm, fmt.rate, unit_ms, tick.audio)
         if state["phase"] == "calling":
             return self._call(ctx, state)
         _read_items(tick, state)
-        if state["phase"] == "listening" and state["outputs"] and not state["awaiting"]:
+        quiet = state["phase"] == "listening" and not state["utterance"]  # nobody speaks: the model may take the turn
+        if quiet and state["outputs"] and not state["awaiting"]:
             # Every call was answered: say what the tools returned once the client asks for the
-            # turn (clients send response.create after a tool's output), or a unit later.
+            # turn (clients send response.create after a tool's output), or a unit later. (While
+            # the user speaks it waits for the end of their turn, and answers both.)
             if tick.turn_requested or state["outputs_waited"]:
-                text = " ".join(output_sentence(name, output) for name, output in state["outputs"])
-                return self._speak(ctx, {**self._listening(state), "outputs": [], "outputs_waited": False, "phase": "speaking", "text": text, "at_ms": 0}, unit_ms, "")
+                return self._answer(ctx, "", state, unit_ms, "")
             state["outputs_waited"] = True
             return UnitOutputs(echo=ctx.identity, listen_reason="waiting_for_turn_request", engine_state=state, continue_turn=True)
-        if state["phase"] == "listening" and tick.turn_requested and not state["utterance"] and state["typed"]:
-            return self._answer(ctx, "", state, unit_ms, "")  # a typed message, and the client asks for the turn
+        if quiet and tick.turn_requested:
+            # The client asks for the turn with no speech to answer: answer what was typed, or
+            # say nothing was heard — a response.create always gets a response.
+            return self._answer(ctx, "", state, unit_ms, "")
         if not hearing:
             if state["phase"] == "speaking":
                 return self._speak(ctx, state, unit_ms, "")
@@ -244,14 +252,17 @@ class FullDuplexEngine:
         (then speak its questions, if any), or echo. ``delta``: the user's words it reports with
         it. The answered utterance is done with; the calls awaited and outputs come stay."""
         inputs = ctx.tick.inputs
+        said = [output_sentence(name, output) for name, output in state["outputs"]] if not state["awaiting"] else []
+        if said and not heard and not state["typed"]:  # the tools answered: say what they returned
+            return self._speak(ctx, {**self._fresh(), "awaiting": state["awaiting"], "phase": "speaking", "text": " ".join(said), "at_ms": 0}, unit_ms, delta)
         plan = decide(heard, state["typed"], inputs.tools, inputs.tool_choice, inputs.parallel_tool_calls) if inputs.tools else None
-        base = {**self._fresh(), "awaiting": state["awaiting"], "outputs": state["outputs"]}
+        base = {**self._fresh(), "awaiting": state["awaiting"], "outputs": [] if said else state["outputs"]}
         if plan is not None and plan.calls:
             rid = ctx.tick.request_id.removeprefix("req_")
             calls = [[f"call_{rid}_{n}", c.name, c.arguments] for n, c in enumerate(plan.calls)]
             return self._call(ctx, {**base, "phase": "calling", "calls": calls, "call": 0, "at": 0, "then": " ".join(plan.questions)}, delta)
         text = " ".join(plan.questions) if plan is not None else reply_text(heard, state["typed"])
-        return self._speak(ctx, {**base, "phase": "speaking", "text": text, "at_ms": 0}, unit_ms, delta)
+        return self._speak(ctx, {**base, "phase": "speaking", "text": " ".join([*said, text]), "at_ms": 0}, unit_ms, delta)
 
     def _call(self, ctx: UnitContext, state: dict[str, Any], heard: str = "") -> UnitOutputs:
         """The next :data:`~duplex_es.worker.speech.engine.ARGUMENT_CHARS_PER_TICK` characters
@@ -453,14 +464,15 @@ def _chars_at(marks: tuple[tuple[int, int], ...], ms: int, length: int) -> int:
 
 
 def _read_items(tick: Any, state: dict[str, Any]) -> None:
-    """Take in the client items the unit carries: outputs of the calls the model awaits (by
-    ``call_id``; others are not its own), and the user's typed words."""
+    """Take in the client items the unit carries: outputs of calls (the model's own, awaited
+    by ``call_id``, or calls the client put in the conversation), and the user's typed words."""
     awaiting = dict(state.get("awaiting") or {})
     outputs = list(state.get("outputs") or [])
     typed = [state["typed"]] if state.get("typed") else []
+    named = {e.call_id: e.name for e in tick.items if e.type == "function_call" and e.name}
     for entry in tick.items:
-        if entry.type == "function_call_output" and entry.call_id in awaiting:
-            outputs.append([awaiting.pop(entry.call_id), entry.output or ""])
+        if entry.type == "function_call_output":
+            outputs.append([awaiting.pop(entry.call_id, None) or named.get(entry.call_id) or "the tool", entry.output or ""])
         elif entry.type == "message" and entry.role == "user" and entry.text:
             typed.append(entry.text)
     if tick.items:
