@@ -323,3 +323,30 @@ def test_livekits_realtime_quickstart_changed_only_in_url_and_key_holds_a_spoken
     statuses = [d.status for d in answered(url, session_id)]
     assert statuses.count("completed") >= 4 and "cancelled" in statuses, statuses
     assert_clean(url, session_id, net.records)
+
+
+def test_livekits_realtime_quickstart_holds_the_same_conversation_with_a_full_duplex_model(tmp_path):
+    """The same quick-start against the full-duplex reference engine (docs/duplex.md): the
+    greeting and the text turn are ``generate_reply`` (a turn request whose metadata the model's
+    turn echoes, so LiveKit finds its reply), the spoken turn is answered by the model itself,
+    and the user talking over a long reply barges in (the overlap policy)."""
+    from livekit_agent import quickstart_conversation
+
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    served = ("--model", "gpt-realtime=duplex-es-duplex", "--model", "*=duplex-es-echo")
+    with running(url, tmp_path, workers=1, worker_args=WORKER_ARGS, server_args=served) as (port, _server, _workers):
+        before = sessions_of(url)
+        with log_net() as net:
+            out = asyncio.run(asyncio.wait_for(quickstart_conversation(f"http://127.0.0.1:{port}/v1"), 200))
+        session_id = new_session(url, before)
+    from clients_support import events_of
+    from duplex_es.events import TurnRequested, UnitOutput
+
+    events = events_of(url, session_id)
+    assert any(isinstance(e, UnitOutput) and e.audio for e in events)  # the full-duplex model spoke
+    assert sum(isinstance(e, TurnRequested) for e in events) >= 2  # the greeting, the text turn
+    assert out["errors"] == [] and out["interrupted"]
+    assert any("weather" in t for t in out["transcripts"])
+    statuses = [d.status for d in answered(url, session_id)]
+    assert statuses.count("completed") >= 4 and "cancelled" in statuses, statuses
+    assert_clean(url, session_id, net.records)
