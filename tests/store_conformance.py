@@ -20,6 +20,7 @@ Several of these tests used to live in ``test_store.py``, ``test_log_concurrency
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from typing import Callable, Iterator
@@ -57,6 +58,7 @@ from duplex_es.store import (
     upgrade,
 )
 from duplex_es.store.backend import Backend
+from duplex_es.store.log import BULK_ROWS
 from duplex_es.store.migrate import head_revision
 from duplex_es.store.schema import events as events_t
 from duplex_es.store.schema import metadata
@@ -438,6 +440,17 @@ class StoreConformance:
         assert log.last_position() == tail[-1].position
         assert log.find_session("a") == ["a1"]
         assert log.sessions_without(["input.text.appended"]) == [] and log.sessions_without(["nothing"]) == ["a1", "b1"]
+
+    def test_a_long_read_returns_every_event_as_appended_and_gives_the_collector_back(self, log: EventLog):
+        """A read long enough to be decoded in bulk (``BULK_ROWS``, with the cyclic collector
+        paused) returns what was appended, as the per-row path (``read_seqs``) reads it."""
+        events = [opened("long"), *(text(i) for i in range(BULK_ROWS + 10))]
+        log.append("long", events, expected_seq=0)
+        got = log.read_session("long")
+        assert [r.event for r in got] == events and [r.seq for r in got] == list(range(1, len(events) + 1))
+        assert got[5:8] == log.read_seqs("long", [6, 7, 8])
+        assert [r.event for r in log.read_session("long", after_seq=10, up_to_seq=BULK_ROWS + 5)] == events[10 : BULK_ROWS + 5]
+        assert gc.isenabled()
 
     def test_a_read_transaction_sees_one_snapshot(self, log: EventLog):
         """Everything read inside one Database.read() comes from one snapshot: an append that

@@ -12,7 +12,7 @@ from typing import Callable, ClassVar, TypeVar
 
 import attrs
 
-__all__ = ["Event", "Refusal", "event", "registry"]
+__all__ = ["Event", "Refusal", "event", "event_class", "registry"]
 
 _REGISTRY: dict[str, type["Event"]] = {}
 
@@ -65,3 +65,10 @@ def event(type_name: str, version: int = 1) -> Callable[[E], E]:
 def registry() -> dict[str, type[Event]]:
     """A copy of the wire-name → class map of every registered event type."""
     return dict(_REGISTRY)
+
+
+def event_class(type_name: str) -> type[Event] | None:
+    """The class registered under wire name ``type_name``, ``None`` if none is: the decoder's
+    per-event lookup (:func:`registry` copies the whole map, which cost a rebuild 8% of its
+    time)."""
+    return _REGISTRY.get(type_name)

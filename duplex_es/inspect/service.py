@@ -46,6 +46,7 @@ from duplex_es.inspect.lanes import BASE_MS, MAX_BUCKETS, Lane, peaks_of, wav_by
 from duplex_es.inspect.timeline import Timeline
 from duplex_es.replay import summarize, verdict_of
 from duplex_es.store import EventLog
+from duplex_es.store.gcpause import collector_paused
 
 __all__ = ["AUDIT_TTL_S", "CACHED_SESSIONS", "MAX_EVENTS_PAGE", "MAX_WAV_MS", "InspectError", "Inspector"]
 
@@ -200,11 +201,14 @@ class Inspector:
                 tl = self._timelines.get(session_id)
             if tl is None or tl.head > head:
                 tl = Timeline(session_id)
-            while tl.head < head:
-                try:
-                    tl.feed(self.log.read_session(session_id, after_seq=tl.head, up_to_seq=min(head, tl.head + _PAGE)))
-                except ValueError as exc:  # a gap in the seqs: rows deleted (the audit's chain check names them)
-                    raise InspectError("session_log_broken", str(exc), status=500, param="session_id") from exc
+            # The pass keeps what it builds (states, peaks, rows): the cyclic collector would
+            # only walk it again and again, a tenth of a long session's first read.
+            with collector_paused(head - tl.head >= _PAGE):
+                while tl.head < head:
+                    try:
+                        tl.feed(self.log.read_session(session_id, after_seq=tl.head, up_to_seq=min(head, tl.head + _PAGE)))
+                    except ValueError as exc:  # a gap in the seqs: rows deleted (the audit's chain check names them)
+                        raise InspectError("session_log_broken", str(exc), status=500, param="session_id") from exc
             with self._lock:
                 self._timelines[session_id] = tl
                 self._timelines.move_to_end(session_id)

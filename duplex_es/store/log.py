@@ -11,7 +11,7 @@ event did not commit (docs/architecture.md, I4).
 from __future__ import annotations
 
 import time
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import attrs
 import sqlalchemy as sa
@@ -22,6 +22,7 @@ from duplex_es.events import Event, TickCanceller, TickRequest, decode, encode
 from duplex_es.store.chain import GENESIS, KeyRing, event_hash
 from duplex_es.store.appendsql import AppendSql
 from duplex_es.store.database import Database, driver_connection
+from duplex_es.store.gcpause import collector_paused
 from duplex_es.store.ownership import Fence, OwnershipLost
 from duplex_es.store.schema import events as events_t
 from duplex_es.store.schema import ticks as ticks_t
@@ -148,8 +149,36 @@ _COLUMNS = (
 )
 
 
+#: A session's rows in seq order, for the driver (``?`` placeholders; the backend turns them into
+#: its driver's): the columns of :data:`_COLUMNS`, in their order.
+_RANGE_SQL = (
+    "SELECT position, session_id, seq, type, version, data, recorded_at_us, prev_hash, hash, key_id "
+    "FROM events WHERE session_id = ? AND seq > ?"
+)
+
+#: Reads of at least this many rows decode with the cyclic garbage collector paused
+#: (:mod:`duplex_es.store.gcpause`): rebuilds, audits, the inspector's pages of 5000 events —
+#: not a server's snapshot tail (under 1000 events at the default ``--snapshot-every``).
+BULK_ROWS = 2000
+
+
 def _raw(row: sa.Row) -> RawRecord:
     return RawRecord(*row)
+
+
+def _decode_row(row: Sequence[Any]) -> Recorded:
+    """A stored row (the columns of :data:`_COLUMNS`, in order) decoded, without the
+    :class:`RawRecord` in between (a rebuild makes one of these per event).
+
+    Raises:
+        StoredEventError: the event cannot be decoded.
+    """
+    position, session_id, seq, type_, version, data, recorded_at_us, _prev_hash, hash_, _key_id = row
+    try:
+        ev = decode(type_, version, data)
+    except Exception as exc:
+        raise StoredEventError(position, session_id, seq, exc) from exc
+    return Recorded(position, session_id, seq, ev, recorded_at_us, hash_)
 
 
 def _decode(raw: RawRecord) -> Recorded:
@@ -358,12 +387,22 @@ class EventLog:
 
     # ----------------------------------------------------------------------------------- reads
 
-    @staticmethod
-    def _read_range(conn: Connection, session_id: str, after_seq: int, up_to_seq: int | None) -> list[RawRecord]:
-        q = sa.select(*_COLUMNS).where(events_t.c.session_id == session_id, events_t.c.seq > after_seq)
+    def _range_rows(self, conn: Connection, session_id: str, after_seq: int, up_to_seq: int | None) -> list[tuple]:
+        """The session's stored rows with ``after_seq < seq <= up_to_seq`` as the driver's
+        tuples (:data:`_COLUMNS`' order), in seq order.
+
+        Fetched in one ``fetchall`` on the driver's own cursor: SQLAlchemy's per-row result
+        processing cost as much as the select (docs/performance.md, "Read path")."""
+        sql, params = _RANGE_SQL, [session_id, after_seq]
         if up_to_seq is not None:
-            q = q.where(events_t.c.seq <= up_to_seq)
-        return [_raw(r) for r in conn.execute(q.order_by(events_t.c.seq))]
+            sql += " AND seq <= ?"
+            params.append(up_to_seq)
+        return driver_connection(conn).execute(self.db.backend.sql(sql + " ORDER BY seq"), tuple(params)).fetchall()
+
+    def _read_range(self, conn: Connection, session_id: str, after_seq: int, up_to_seq: int | None) -> list[RawRecord]:
+        rows = self._range_rows(conn, session_id, after_seq, up_to_seq)
+        with collector_paused(len(rows) >= BULK_ROWS):
+            return [RawRecord(*r) for r in rows]
 
     def read_session(self, session_id: str, *, after_seq: int = 0, up_to_seq: int | None = None) -> list[Recorded]:
         """A session's events with ``after_seq < seq <= up_to_seq``, in seq order.
@@ -372,8 +411,13 @@ class EventLog:
             StoredEventError: an event cannot be decoded (unknown type, future version, bad data).
         """
         with self.db.read() as conn:
-            rows = self._read_range(conn, session_id, after_seq, up_to_seq)
-        return [_decode(r) for r in rows]
+            rows = self._range_rows(conn, session_id, after_seq, up_to_seq)
+        out: list[Recorded] = []
+        with collector_paused(len(rows) >= BULK_ROWS):
+            for i, row in enumerate(rows):
+                out.append(_decode_row(row))
+                rows[i] = None  # type: ignore[call-overload]  # decoded: free its text now, not with the list
+        return out
 
     def read_seqs(self, session_id: str, seqs: Sequence[int]) -> list[Recorded]:
         """The session's events at exactly ``seqs``, in seq order (missing seqs are skipped)."""
@@ -385,7 +429,7 @@ class EventLog:
                 .where(events_t.c.session_id == session_id, events_t.c.seq.in_(tuple(seqs)))
                 .order_by(events_t.c.seq)
             )
-            return [_decode(_raw(r)) for r in rows]
+            return [_decode_row(r) for r in rows]
 
     def applied_key(self, session_id: str, key: str) -> tuple[int, int] | None:
         """The ``(first_seq, last_seq)`` a batch appended under idempotency ``key`` wrote in the
@@ -501,7 +545,7 @@ class EventLog:
             for i in range(0, len(ids), 500):  # bounded IN lists
                 q = sa.select(*_COLUMNS).where(events_t.c.seq == 1, events_t.c.session_id.in_(ids[i : i + 500]))
                 for row in conn.execute(q):
-                    rec = _decode(_raw(row))
+                    rec = _decode_row(row)
                     out[rec.session_id] = rec
         return out
 

@@ -108,6 +108,8 @@ def test_v1_rows_arrive_in_the_current_shape_on_every_read_path(log: EventLog, t
     [
         (("test.vanished", 1, "{}"), "unknown_type"),
         (("session.heartbeat", 99, "{}"), "future_version"),
+        # Not JSON: the standard library's message, whichever parser read it first.
+        (("session.heartbeat", 1, "{not json"), "bad_data Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
     ],
 )
 def test_an_unknown_type_or_a_future_version_is_an_error_naming_type_and_position(log: EventLog, row, reason):
