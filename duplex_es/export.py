@@ -70,6 +70,10 @@ class ImportFileError(DuplexError, ValueError):
         super().__init__(f"line {line}: {message}")
 
 
+#: The keys every exported line has that an import reads.
+_EXPORTED_KEYS = ("session_id", "seq", "recorded_at_us", "type", "version", "event")
+
+
 def import_jsonl(log: EventLog, lines: Iterable[str]) -> dict[str, int]:
     """Append the events of an export (:func:`write_jsonl`'s lines) to ``log``, each session's
     from its seq 1: the sessions must not exist in ``log``. Events that shared one append (the
@@ -100,6 +104,14 @@ def import_jsonl(log: EventLog, lines: Iterable[str]) -> dict[str, int]:
             continue
         try:
             row = json.loads(text)
+        except ValueError as exc:
+            raise ImportFileError(n, f"not JSON: {exc}") from exc
+        if not isinstance(row, dict):
+            raise ImportFileError(n, f"not an exported event: a JSON {type(row).__name__}, not an object")
+        missing = [k for k in _EXPORTED_KEYS if k not in row]
+        if missing:
+            raise ImportFileError(n, f"not an exported event: no {', '.join(repr(k) for k in missing)}")
+        try:
             sid, seq, at = row["session_id"], row["seq"], row["recorded_at_us"]
             ev = decode_data(row["type"], row["version"], row["event"])
         except (ValueError, KeyError, TypeError, DuplexError) as exc:

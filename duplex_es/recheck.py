@@ -542,7 +542,8 @@ def _response_created(state: Any, batch: list[Event]) -> _Reconstruction:
 def _turn_requested(state: Any, batch: list[Event]) -> _Reconstruction:
     ev: TurnRequested = batch[0]  # type: ignore[assignment]
     ids = {p: _placeholder(state, p) for p in ("resp", "item", "req")}
-    return _rebuilt(c.CreateResponse(event_id=ev.client_event_id, response_id=ids["resp"], item_id=ids["item"], request_id=ids["req"]))
+    options = c.ResponseOptions(metadata=ev.metadata, instructions=ev.instructions)  # what a turn request keeps
+    return _rebuilt(c.CreateResponse(event_id=ev.client_event_id, response_id=ids["resp"], item_id=ids["item"], request_id=ids["req"], options=options))
 
 
 def _pump(state: Any, batch: list[Event]) -> _Reconstruction:

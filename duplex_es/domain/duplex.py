@@ -246,9 +246,12 @@ def overlap_on_stop(state: SessionState, item_id: str, start_ms: int) -> list[Ev
     """``barge_in`` with ``barge_in_ms``: speech over the model's turn that ended before it
     lasted ``barge_in_ms`` was an acknowledgement ("mm-hm"): the model talks on."""
     resp, cfg = _open_turn_of(state), state.config
-    if resp is None or cfg is None or cfg.overlap != "barge_in" or cfg.barge_in_ms <= 0 or item_id == state.duplex.overlap_item:
+    # The turn may have ended meanwhile (a reply is generated faster than it is played): the
+    # speech still began over it.
+    turn_id = resp.id if resp is not None else state.duplex.overlap_turn
+    if turn_id is None or cfg is None or cfg.overlap != "barge_in" or cfg.barge_in_ms <= 0 or item_id == state.duplex.overlap_item:
         return []
-    return [OverlapDecided(decision="listen", reason="short_acknowledgement", response_id=resp.id, audio_start_ms=start_ms, item_id=item_id)]
+    return [OverlapDecided(decision="listen", reason="short_acknowledgement", response_id=turn_id, audio_start_ms=start_ms, item_id=item_id)]
 
 
 def add_pending(state: SessionState, seq: int, samples: int, start_sample: int) -> SessionState:

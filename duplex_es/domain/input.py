@@ -402,6 +402,10 @@ def evolve_text_appended(ev: TextAppended, state: SessionState, seq: int) -> Ses
 def evolve_speech_started(ev: SpeechStarted, state: SessionState, seq: int) -> SessionState:
     # The VAD state came with the append; speech stops the idle timeout. A full-duplex model's
     # next user item is of speech (docs/duplex.md, "The model's answers").
+    if state.full_duplex:
+        turn = state.responses.get(state.duplex.response_id) if state.duplex.response_id else None
+        over = turn.id if turn is not None and turn.active else None
+        state = replace(state, duplex=replace(state.duplex, overlap_turn=over))
     if state.full_duplex and not state.duplex.turn_speech:
         # The user item takes server VAD's id for the speech, as in turn-based sessions, unless
         # the model already named it (a transcript delta went out under the unit's id).
@@ -417,6 +421,8 @@ def evolve_speech_stopped(ev: SpeechStopped, state: SessionState, seq: int) -> S
     state = end_drop(state, ev.item_id)
     if state.vad.item_id is not None and state.vad.item_id != ev.item_id:
         return state
+    if state.duplex.overlap_turn is not None:
+        state = replace(state, duplex=replace(state.duplex, overlap_turn=None))
     return replace(state, vad=replace(state.vad, speaking=False, voiced_run=0, silence_run=0, item_id=None))
 
 

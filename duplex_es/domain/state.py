@@ -328,7 +328,8 @@ class DuplexState:
     ``continue_turn`` whether the engine's last answer asked to be stepped on without input.
     ``overlap_item`` is the last speech (server VAD's item id) the overlap policy decided on;
     while ``drop_item`` speaks, appends are ``muted``: applied by their units, not heard.
-    ``turn_speech``: server VAD heard speech since the last user item.
+    ``turn_speech``: server VAD heard speech since the last user item; ``overlap_turn`` the
+    model's turn the current speech began over (its overlap decision may come after the turn).
     ``items`` are the client-created conversation items waiting for the next unit (ids, in
     order, and ``item_seqs`` the seqs of their ``conversation.item.created``; ``unit_items`` /
     ``unit_item_seqs`` those of the unit in flight): a committed unit applies them, as a tick
@@ -362,6 +363,7 @@ class DuplexState:
     drop_item: Optional[str] = None
     muted: tuple[int, ...] = ()
     turn_speech: bool = False
+    overlap_turn: Optional[str] = None
     items: tuple[str, ...] = ()
     item_seqs: tuple[int, ...] = ()
     unit_items: tuple[str, ...] = ()

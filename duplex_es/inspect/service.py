@@ -27,6 +27,7 @@ from duplex_es.events import (
     CommandRejected,
     InteractionRejected,
     ResponseCreated,
+    ResponseDone,
     SessionClosed,
     SessionDetached,
     SessionExpired,
@@ -68,7 +69,11 @@ _PAGE = 5000
 _REFUSALS = (CommandRejected.TYPE, InteractionRejected.TYPE)
 _FAILURES = (TickFailed.TYPE, UnitFailed.TYPE, TranscriptionFailed.TYPE, WorldTickFailed.TYPE, WorldFailed.TYPE)
 _ENDS = {SessionClosed.TYPE: "closed", WorldClosed.TYPE: "closed", SessionExpired.TYPE: "expired", WorldFailed.TYPE: "failed"}
-_COUNTED = (ResponseCreated.TYPE, WorldChunk.TYPE, SessionDetached.TYPE, SessionResumed.TYPE, *_REFUSALS, *_FAILURES, *_ENDS)
+_COUNTED = (ResponseCreated.TYPE, ResponseDone.TYPE, WorldChunk.TYPE, SessionDetached.TYPE, SessionResumed.TYPE, *_REFUSALS, *_FAILURES, *_ENDS)
+
+
+#: The furthest point of a session's clock a range may reach (ms): a week, beyond any session.
+MAX_CLOCK_MS = 7 * 24 * 3600 * 1000
 
 
 class InspectError(DuplexError):
@@ -151,7 +156,9 @@ class Inspector:
                 "started_at_us": s.first_us,
                 "duration_ms": (s.last_us - s.first_us) // 1000,
                 "events": s.events,
-                "responses": n[ResponseCreated.TYPE],
+                # A full-duplex model's turns have no response.created (a unit opens them):
+                # each ends with a response.done.
+                "responses": max(n[ResponseCreated.TYPE], n[ResponseDone.TYPE]),
                 "chunks": n[WorldChunk.TYPE],
                 "errors": sum(n[t] for t in (*_REFUSALS, *_FAILURES)),
                 "owner": owner,
@@ -248,6 +255,8 @@ class Inspector:
             raise InspectError("invalid_parameter", f"from_ms must be 0 or more, got {a}", param="from_ms")
         if b <= a:
             raise InspectError("invalid_parameter", f"to_ms ({b}) must be after from_ms ({a})", param="to_ms")
+        if b > MAX_CLOCK_MS:
+            raise InspectError("invalid_parameter", f"to_ms must be at most {MAX_CLOCK_MS} (a week of audio), got {str(b)[:24]}", param="to_ms")
         return a, b
 
     def _events(self, session_id: str, seqs: list[int]) -> dict[int, Any]:

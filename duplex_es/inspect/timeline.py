@@ -235,9 +235,11 @@ class Timeline:
         elif isinstance(ev, (TickIssued, UnitIssued, TranscriptionRequested)):
             self._issue(seq, ev, now)
         elif isinstance(ev, TickAnswer):
-            if isinstance(ev, UnitOutput) and self.state.duplex.response_id not in (None, *self.responses):
-                # A full-duplex model's turn: its first speaking unit opens the response.
-                self._open_response(self.state.duplex.response_id, seq, now)
+            turn = self.state.active_response_id
+            if isinstance(ev, UnitOutput) and turn is not None and turn not in self.responses:
+                # A full-duplex model's turn: its first output (speech or a call) opens the
+                # response, which may end in the same unit.
+                self._open_response(turn, seq, now)
             self._answer(seq, ev, verdict, now, before)
         if isinstance(ev, _TOUCH_RESPONSE):
             self._remember_response(ev)

@@ -187,3 +187,15 @@ def test_an_import_names_the_line_that_is_not_an_exported_event(sqlite_url: str,
     assert main(["import", "--db", sqlite_url, str(broken)]) != 0
     err = capsys.readouterr().err
     assert "line 2: session sess_" in err and "goes from seq 1 to 3" in err
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [("[1, 2]", "a JSON list, not an object"), ('{"seq": 1}', "no 'session_id'"), ("{not json", "not JSON")],
+)
+def test_an_import_says_what_is_wrong_with_a_line_in_words(sqlite_url: str, tmp_path: Path, capsys, line: str, said: str):
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(line + "\n", encoding="utf-8")
+    assert main(["import", "--db", sqlite_url, str(broken)]) != 0
+    err = capsys.readouterr().err
+    assert "line 1" in err and said in err, err

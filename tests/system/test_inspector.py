@@ -184,6 +184,8 @@ def test_bad_requests_get_a_coded_error_naming_the_parameter(logs):
     )
     assert refusal(port, f"sessions/{sid}/audio.wav?from_ms=x")[1] == {"code": "invalid_parameter", "message": "from_ms must be an integer, got 'x'", "param": "from_ms"}
     assert refusal(port, f"sessions/{sid}/audio.wav?from_ms=500&to_ms=100")[1]["param"] == "to_ms"
+    huge = refusal(port, f"sessions/{sid}/peaks?lane=user&from_ms=0&to_ms=99999999999999999999&buckets=10")
+    assert huge[0] == 400 and huge[1]["code"] == "invalid_parameter" and huge[1]["param"] == "to_ms"
     assert refusal(port, "sessions/sess_nope/overview") == (404, {"code": "session_not_found", "message": "no session sess_nope", "param": "session_id"})
 
 

@@ -251,6 +251,23 @@ def test_a_world_session_shows_its_frames_with_the_interactions_each_chunk_appli
         assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
 
 
+def test_going_from_one_session_to_another_leaves_nothing_of_the_first_on_the_page(spoken: dict, browser: Any, tmp_path: Path):
+    world = spoken["world"]
+    with serving_inspector(spoken["url"], tmp_path) as base:
+        browser.get(f"{base}#/s/{spoken['session_id']}")
+        wait_for(browser, "return typeof S !== 'undefined' && S.ov && S.ov.session_id === %r" % spoken["session_id"], "the speech session")
+        browser.find_element(By.CSS_SELECTOR, f"#events tr[data-seq='{spoken['done_seq']}']").click()
+        wait_for(browser, "return document.getElementById('side-title').textContent.startsWith('State after event #')", "its state")
+        browser.execute_script("location.hash = '#/s/' + %r" % world["session_id"])  # straight to another session
+        wait_for(browser, "return S.ov && S.ov.session_id === %r && document.querySelectorAll('#events tbody tr').length > 0" % world["session_id"], "the world session")
+        assert spoken["session_id"] not in browser.find_element(By.ID, "side-json").text
+        assert browser.find_element(By.ID, "side-title").text == "Click the timeline or an event"
+        assert spoken["session_id"] not in browser.find_element(By.ID, "summary").text
+        time.sleep(1.0)  # any answer still coming for the first session
+        # No request of the first session's lanes under the second's id (they were 404s).
+        assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
 def test_what_a_user_typed_stays_text_in_the_page_and_in_the_export(spoken: dict, browser: Any, tmp_path: Path):
     out = tmp_path / "typed.html"
     subprocess.run(

@@ -607,3 +607,38 @@ def test_sending_back_the_read_only_duplex_modes_is_refused_with_a_message_that_
     frame = {"type": "session.update", "session": {"type": "realtime", "duplex": {"mode": "full_duplex", "modes": ["turn_based", "full_duplex"]}}}
     refused = parse_frame(json.dumps(frame), nid)
     assert isinstance(refused, Invalid) and refused.param == "session.duplex.modes" and "read only" in refused.message
+
+
+def test_a_short_acknowledgement_is_decided_even_when_the_turn_it_began_over_has_ended():
+    """A reply is generated faster than it plays: the model's turn may end in the log while
+    the user's "okay" over it is still going on. It is still an acknowledgement."""
+    h = Duplex.start(barge_in_ms=1500)
+    resp_id = _speak_turn(h)
+    for _ in range(10):  # "okay" starts over the turn ...
+        h.append(20, 8000)
+    h.answer(audio=base64.b64encode(pcm(200)).decode(), text_delta="there.", end_of_turn=True)
+    assert h.state.duplex.response_id is None  # the turn is over
+    for _ in range(30):  # ... and stops after the turn ended
+        h.append(20, 0)
+    decided = [e for _, e in h.log if isinstance(e, OverlapDecided)]
+    assert [(d.decision, d.reason, d.response_id) for d in decided] == [("listen", "short_acknowledgement", resp_id)]
+    while h.state.duplex.unit is not None and not h.unit().acknowledged:
+        h.answer(listen_reason="user_speaking")
+        h.append(200)
+    assert h.unit().acknowledged  # the next unit tells the model
+
+
+def test_the_inspector_shows_a_full_duplex_turn_that_only_called_a_tool():
+    from duplex_es.inspect.timeline import Timeline
+    from duplex_es.store import Recorded
+
+    h = Duplex.start(tools=(WEATHER,))
+    h.append(200)
+    h.answer(function_call=_call("call_t", '{"city":"Oslo"}', done=True), end_of_turn=True, user_transcript_delta="weather in oslo")
+    h.append(200)
+    h.answer(audio=speech(200), text_delta="Sunny.", end_of_turn=True)
+    t = Timeline(h.state.session_id)
+    t.feed([Recorded(seq, h.state.session_id, seq, ev, 1_000_000 + seq, "") for seq, ev in h.log])
+    ids = [r["id"] for r in t.overview()["responses"]]
+    turns = [e.response_id for _, e in h.log if isinstance(e, ResponseDone)]
+    assert len(turns) == 2 and ids == turns  # the call-only turn is there too

@@ -45,3 +45,26 @@ def test_random_sessions_decided_by_todays_code_recheck_without_a_divergence(mon
         assert isinstance(event, (CommandRejected, InteractionRejected)), s
         assert "not the" in s.reason or "not logged" in s.reason, s
     assert result.rechecked + result.answers + len(result.skipped) > 10
+
+
+def test_a_full_duplex_turn_request_with_metadata_and_instructions_rechecks(monkeypatch: pytest.MonkeyPatch):
+    """``response.create`` in a full-duplex session keeps its metadata and instructions in the
+    log (``duplex.turn.requested``): the recheck rebuilds the command with them."""
+    from duplex_es.domain import CreateResponse, OpenSession, ResponseOptions
+
+    stamps: list[int] = []
+    apply = harness.Harness.apply
+
+    def stamped(self, events):  # noqa: ANN001, ANN202
+        stamps.extend([(stamps[-1] if stamps else 0) + 1] * len(events))
+        return apply(self, events)
+
+    monkeypatch.setattr(harness.Harness, "apply", stamped)
+    h = harness.Harness()
+    h.run(OpenSession(session_id="sess", model="duplex-es-duplex", engine="duplex-es-duplex", full_duplex=True))
+    options = ResponseOptions(metadata={"tag": "m1"}, instructions="Say the weather.")
+    (asked,) = h.run(CreateResponse(response_id=harness.nid("resp"), item_id=harness.nid("item"), request_id=harness.nid("req"), options=options))
+    assert asked.TYPE == "duplex.turn.requested" and asked.metadata == {"tag": "m1"}
+    records = [Recorded(seq, "sess", seq, ev, stamps[seq - 1], "") for seq, ev in h.log]
+    result = recheck_records("sess", records)
+    assert result.ok and result.rechecked == 2, [(d.seq, d.command, d.differences) for d in result.divergences]

@@ -173,17 +173,33 @@ $("f-text").addEventListener("input", () => { clearTimeout(listTimer); listTimer
 
 const S = {
   sid: null, ov: null, view: { from: 0, to: 1 }, peaks: new Map(), hits: [], cursor: null, selectedSeq: null,
-  userAudio: null, evFrom: 1, evRows: [], drawPending: false,
+  userAudio: null, evFrom: 1, evRows: [], drawPending: false, gen: 0,
 };
 
 async function showSession(sid) {
+  // Another session (or none, if it cannot be read) replaces everything of the last one at
+  // once: nothing of it stays on screen, and answers still coming for it are dropped (gen).
+  const gen = ++S.gen;
   show("session");
   $("where").textContent = sid;
   notice(EXPORT && EXPORT.note ? EXPORT.note : "");
   S.sid = sid;
+  S.ov = null;
   S.peaks.clear();
   S.violations = [];
+  S.cursor = null;
+  S.selectedSeq = null;
+  S.hits = [];
+  for (const id of ["summary", "audit", "side-event", "filmstrip"]) $(id).replaceChildren();
+  $("events").querySelector("tbody").replaceChildren();
+  $("side-title").textContent = "Click the timeline or an event";
+  $("side-json").textContent = "";
+  $("response-pick").replaceChildren();
+  $("audio-user").removeAttribute("src");
+  $("audio-assistant").removeAttribute("src");
+  ctx.clearRect(0, 0, canvas.width, canvas.height);
   const ov = await api("sessions/" + encodeURIComponent(sid) + "/overview");
+  if (gen !== S.gen) return;
   S.ov = ov;
   S.view = { from: 0, to: Math.max(ov.duration_ms, 1000) };
   S.cursor = null;
@@ -192,8 +208,10 @@ async function showSession(sid) {
   scheduleDraw();
   $("audit").replaceChildren(el("span", { class: "muted", text: "audit…" }));
   await setupPlayers();
+  if (gen !== S.gen) return;
   renderFilmstrip();
   await loadEvents(1);
+  if (gen !== S.gen) return;
   await loadAudit(); // last: it reads the whole session again, and what is shown comes first
 }
 
@@ -208,8 +226,9 @@ function renderSummary() {
 }
 
 async function loadAudit() {
-  const box = $("audit");
-  const a = await api("sessions/" + encodeURIComponent(S.sid) + "/audit");
+  const box = $("audit"), sid = S.sid;
+  const a = await api("sessions/" + encodeURIComponent(sid) + "/audit");
+  if (sid !== S.sid) return; // another session is shown now
   S.violations = a.violations;
   scheduleDraw();
   const kids = [el("span", { class: "badge " + (a.ok ? "passed" : "failed"), text: a.ok ? "audit ok" : "audit failed: " + a.failed_check })];
@@ -526,13 +545,15 @@ function eventLine(row) {
 }
 
 async function showState(seq) {
-  const st = await api("sessions/" + encodeURIComponent(S.sid) + "/state", { seq });
-  renderState(st);
+  const sid = S.sid;
+  const st = await api("sessions/" + encodeURIComponent(sid) + "/state", { seq });
+  if (sid === S.sid) renderState(st);
 }
 
 async function showStateAtMs(ms) {
-  const st = await api("sessions/" + encodeURIComponent(S.sid) + "/state", { ms: Math.max(0, Math.round(ms)) });
-  renderState(st);
+  const sid = S.sid;
+  const st = await api("sessions/" + encodeURIComponent(sid) + "/state", { ms: Math.max(0, Math.round(ms)) });
+  if (sid === S.sid) renderState(st);
 }
 
 function renderState(st) {
@@ -650,7 +671,9 @@ async function renderFilmstrip() {
 const PAGE = 100;
 async function loadEvents(from) {
   from = Math.max(1, Math.min(from, S.ov.head));
-  const page = await api("sessions/" + encodeURIComponent(S.sid) + "/events", { from_seq: from, limit: PAGE });
+  const sid = S.sid;
+  const page = await api("sessions/" + encodeURIComponent(sid) + "/events", { from_seq: from, limit: PAGE });
+  if (sid !== S.sid) return; // another session is shown now
   S.evFrom = from;
   S.evRows = page.rows;
   $("ev-from").value = from;
