@@ -255,8 +255,9 @@ def test_going_from_one_session_to_another_leaves_nothing_of_the_first_on_the_pa
     world = spoken["world"]
     with serving_inspector(spoken["url"], tmp_path) as base:
         browser.get(f"{base}#/s/{spoken['session_id']}")
-        wait_for(browser, "return typeof S !== 'undefined' && S.ov && S.ov.session_id === %r" % spoken["session_id"], "the speech session")
-        browser.find_element(By.CSS_SELECTOR, f"#events tr[data-seq='{spoken['done_seq']}']").click()
+        row = f"#events tr[data-seq='{spoken['done_seq']}']"
+        wait_for(browser, "return typeof S !== 'undefined' && S.ov && S.ov.session_id === %r && document.querySelector(%r)" % (spoken["session_id"], row), "the speech session's events")
+        browser.find_element(By.CSS_SELECTOR, row).click()
         wait_for(browser, "return document.getElementById('side-title').textContent.startsWith('State after event #')", "its state")
         browser.execute_script("location.hash = '#/s/' + %r" % world["session_id"])  # straight to another session
         wait_for(browser, "return S.ov && S.ov.session_id === %r && document.querySelectorAll('#events tbody tr').length > 0" % world["session_id"], "the world session")
