@@ -28,6 +28,7 @@ from duplex_es.errors import SessionError
 from duplex_es.domain import Detach, Resume
 from duplex_es.domain.commands import Command
 from duplex_es.events import CommandRejected, SessionResumed
+from duplex_es.server.alarm import Alarm
 from duplex_es.server.core import MAX_REPLAY_EVENTS, Applied, ModelResolver, SessionCore, idempotency_key
 from duplex_es.snapshots import load_state, save_snapshot
 from duplex_es.store import EventLog, Fence, GroupCommitWriter, LogUnavailable, OwnershipLost, Recorded, SnapshotStore, WrongExpectedSeq
@@ -160,7 +161,7 @@ class SessionHost:
         self._queue: Optional[asyncio.Queue] = None
         self.ended = asyncio.Event()
         self.last_activity_ms = now_ms()
-        self._timer: Optional[asyncio.TimerHandle] = None
+        self._alarm = Alarm(self.catch_up, clock=now_ms)
         self.listener = 0  # bumped by every attach: a transport holding an older number was replaced
 
     @property
@@ -459,8 +460,7 @@ class SessionHost:
             self._queue.put_nowait(_END)
             self._queue = None
         self.listener += 1
-        if self._timer is not None:
-            self._timer.cancel()
+        self._alarm.cancel()
         if self._on_moved is not None:
             self._on_moved(self)
 
@@ -471,29 +471,22 @@ class SessionHost:
             for _ in range(4):
                 if not await self._execute(self.core.pump(), None):
                     break
+            else:
+                self._alarm.at(now_ms())  # still going after four steps: the rest after others had a turn
         except LogUnavailable as exc:
             # The command that led here is committed and told; what it enables is decided
             # again shortly (a pump decides from the state, so nothing is lost by waiting).
             log.warning("session %s: pump postponed: %s", self.session_id, exc)
-            asyncio.get_running_loop().call_later(PUMP_RETRY_S, lambda: asyncio.create_task(self.catch_up()))
+            self._alarm.at(now_ms() + int(PUMP_RETRY_S * 1000))
             return
         self._schedule_wakeup()
 
     def _schedule_wakeup(self) -> None:
         """A session whose kind paces itself (a realtime world issues its next tick when it is
-        due) is pumped when the core says: wake up then."""
+        due, a full-duplex session its silence unit) is pumped when the core says: wake up then."""
         due = self.core.wakeup_ms()
-        if due is None:
-            return
-        # A due time already past (the pump ran a moment before it) wakes at once; a timer that
-        # already fired is not "cancelled", so the handle is always replaced.
-        loop = asyncio.get_running_loop()
-        delay = max(0.001, (due - now_ms()) / 1000)
-        if self._timer is not None and not self._timer.cancelled() and loop.time() < self._timer.when() <= loop.time() + delay:
-            return  # an earlier wake-up is already set
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = loop.call_later(delay, lambda: asyncio.create_task(self.catch_up()))
+        if due is not None:
+            self._alarm.at(due)
 
     async def _audio_for(self, applied: Applied) -> Optional[bytes]:
         """The logged audio the projection of ``applied`` needs, read from the log (or ``None``)."""
