@@ -158,7 +158,7 @@ def unit_due(state: SessionState, request_id: Optional[str], *, epoch: Optional[
         while got < period and take < MAX_UNIT_APPENDS:
             got += d.segments[take].samples
             take += 1
-    elif not (d.items or d.turn_requested):
+    elif not (d.items or d.turn_request):
         waited = None if now_ms is None or d.last_unit_ms is None else now_ms - d.last_unit_ms
         wait = cfg.chunk_period_ms * (2 if d.pending else 1)
         if waited is None or waited < wait or not wants_silence(state):
@@ -177,10 +177,10 @@ def unit_due(state: SessionState, request_id: Optional[str], *, epoch: Optional[
             response_id=d.response_id,
             engine_state=d.engine_state,
             inputs=inputs,
-            silence_ms=0 if d.pending or d.items or d.turn_requested else cfg.chunk_period_ms,
+            silence_ms=0 if d.pending or d.items or d.turn_request else cfg.chunk_period_ms,
             issued_at_ms=now_ms,
             items=tuple(history_entry(state.items[i]) for i in d.items if i in state.items),
-            turn_requested=d.turn_requested,
+            turn_requested=d.turn_request is not None,
             acknowledged=d.acknowledged,
         )
     ]
@@ -324,7 +324,7 @@ def request_turn(state: SessionState, cmd: CreateResponse) -> list[Event]:
 
 def evolve_turn_requested(ev: TurnRequested, state: SessionState, seq: int) -> SessionState:
     request = TurnRequest(metadata=ev.metadata, instructions=ev.instructions)
-    return replace(state, duplex=replace(state.duplex, turn_requested=True, turn_request=request))
+    return replace(state, duplex=replace(state.duplex, turn_request=request))
 
 
 def requeue(state: SessionState) -> SessionState:
@@ -348,9 +348,7 @@ def requeue(state: SessionState) -> SessionState:
             item_seqs=d.unit_item_seqs + d.item_seqs,
             unit_items=(),
             unit_item_seqs=(),
-            turn_requested=d.turn_requested or d.unit_turn_requested,
             turn_request=d.turn_request or d.unit_turn_request,
-            unit_turn_requested=False,
             unit_turn_request=None,
             acknowledged=d.acknowledged or d.unit_acknowledged,
             unit_acknowledged=False,
@@ -455,9 +453,7 @@ def evolve_unit_issued(ev: UnitIssued, state: SessionState, seq: int) -> Session
         unit_item_seqs=tuple(s for i, s in zip(d.items, d.item_seqs) if i in {e.item_id for e in ev.items}),
         items=(),  # all of them went (a deleted one is not read)
         item_seqs=(),
-        unit_turn_requested=ev.turn_requested,
         unit_turn_request=d.turn_request if ev.turn_requested else None,
-        turn_requested=d.turn_requested and not ev.turn_requested,
         turn_request=None if ev.turn_requested else d.turn_request,
         unit_acknowledged=ev.acknowledged,
         acknowledged=d.acknowledged and not ev.acknowledged,
@@ -485,7 +481,6 @@ def evolve_unit_output(ev: UnitOutput, state: SessionState, seq: int) -> Session
         unit_segments=(),
         unit_items=(),
         unit_item_seqs=(),
-        unit_turn_requested=False,
         unit_turn_request=None,
         unit_acknowledged=False,
         # The request this unit carried waits for the turn the model opens (its metadata).
@@ -523,7 +518,7 @@ def _unit_failed(state: SessionState, code: str, message: str) -> SessionState:
     d = state.duplex
     done = replace(
         d, unit=None, unit_seqs=(), unit_segments=(), processed=d.processed + len(d.unit_seqs),
-        unit_items=(), unit_item_seqs=(), unit_turn_requested=False, unit_turn_request=None, unit_acknowledged=False,
+        unit_items=(), unit_item_seqs=(), unit_turn_request=None, unit_acknowledged=False,
     )
     return _fail(_applied_items(replace(state, duplex=done), d.unit_item_seqs), code, message)
 

@@ -299,7 +299,9 @@ def _ending(state: SessionState, cause: str, reason: str, message: str, event_id
     no other (docs/protocol.md, "Responses and faults") — and the real cause, ``cause``
     (``session_closed`` or ``session_expired``), as its error code, explained by ``message``."""
     live = state.live_responses()
-    if not live and not state.ticks and not state.unapplied and not state.transcriptions:
+    # A full-duplex unit in flight is fenced even with no turn open: its answer, logged after
+    # the end, must not open a turn nobody will end.
+    if not live and not state.ticks and not state.unapplied and not state.transcriptions and state.duplex.unit is None:
         return []
     return cancel_events(
         state, live, cause=cause, reason=reason, event_id=event_id, discard_pending=True, error_code=cause, error_message=message

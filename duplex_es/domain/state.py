@@ -333,11 +333,12 @@ class DuplexState:
     ``items`` are the client-created conversation items waiting for the next unit (ids, in
     order, and ``item_seqs`` the seqs of their ``conversation.item.created``; ``unit_items`` /
     ``unit_item_seqs`` those of the unit in flight): a committed unit applies them, as a tick
-    applies model-feeding events. ``turn_requested`` whether the client asked for the model's
-    turn since the last unit, ``turn_request`` that request (its ``metadata``, echoed by the
-    turn it opens; ``unit_turn_requested`` / ``unit_turn_request``: the unit in flight carries
-    it; ``answering``: the request the model got and has not answered by a turn yet). ``acknowledged``: the overlap policy decided speech over the model's turn was a short
-    acknowledgement since the last unit (the next unit tells the engine).
+    applies model-feeding events. ``turn_request`` is the client's request for the model's
+    turn since the last unit (``None``: none; its ``metadata`` is echoed by the turn it opens),
+    ``unit_turn_request`` the one the unit in flight carries, ``answering`` the one the model
+    got and has not answered by a turn yet. ``acknowledged``: the overlap policy decided speech
+    over the model's turn was a short acknowledgement since the last unit (the next unit tells
+    the engine).
     """
 
     pending: tuple[int, ...] = ()
@@ -368,8 +369,6 @@ class DuplexState:
     item_seqs: tuple[int, ...] = ()
     unit_items: tuple[str, ...] = ()
     unit_item_seqs: tuple[int, ...] = ()
-    turn_requested: bool = False
-    unit_turn_requested: bool = False
     turn_request: Optional["TurnRequest"] = None
     unit_turn_request: Optional["TurnRequest"] = None
     answering: Optional["TurnRequest"] = None

@@ -642,3 +642,30 @@ def test_the_inspector_shows_a_full_duplex_turn_that_only_called_a_tool():
     ids = [r["id"] for r in t.overview()["responses"]]
     turns = [e.response_id for _, e in h.log if isinstance(e, ResponseDone)]
     assert len(turns) == 2 and ids == turns  # the call-only turn is there too
+
+
+@pytest.mark.parametrize("end", ["close", "expire"])
+def test_a_unit_in_flight_when_the_session_ends_is_fenced_and_its_late_answer_opens_nothing(end: str):
+    # The worker may answer a listening unit after the client closed the session: that answer
+    # must not open a turn (a response nobody ends: the audit's "never got response.done").
+    from duplex_es.domain import CloseSession, Expire, evolve
+    from duplex_es.domain.speech_audit import audit_speech
+    from duplex_es.events import EpochAdvanced
+
+    h = Duplex.start()
+    h.append(200, value=8000)
+    unit = h.unit()
+    if end == "close":
+        h.run(CloseSession())
+    else:
+        h.run(Expire(reason="idle_ttl_expired", now_ms=h.clock + 10**9, since_ms=h.clock))
+    (fence,) = [e for _, e in h.log if isinstance(e, EpochAdvanced)]
+    assert unit.request_id in fence.cancelled_request_ids
+    out = UnitOutput(
+        session_id=h.state.session_id, request_id=unit.request_id, epoch=unit.epoch, chunk_index=unit.chunk_index,
+        applied_event_ids=unit.applied_event_ids, audio=pcm(100, 3000), text_delta="You said: ",
+    )
+    h.apply([out])
+    assert h.state.duplex.response_id is None and not h.state.responses
+    assert "response.created" not in h.types()
+    assert audit_speech(h.state.session_id, h.log, evolve).violations == ()

@@ -183,6 +183,13 @@ class FullDuplexEngine:
         """``state`` back to listening, keeping the utterance it is hearing (the reply dropped)."""
         return {k: state[k] for k in cls._fresh()} | {"phase": "listening"}
 
+    @classmethod
+    def _forget_utterance(cls, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` with the user's current utterance forgotten (noise, or an acknowledgement);
+        its turn, calls awaited and outputs stay."""
+        fresh = cls._fresh()
+        return {**state, **{k: fresh[k] for k in _UTTERANCE}}
+
     def step(self, ctx: UnitContext) -> UnitOutputs:
         """Hear one unit; then listen, acknowledge, call a tool, or speak the next chunk of its
         turn (a judge unit: only judge whether the user's turn is over)."""
@@ -201,8 +208,7 @@ class FullDuplexEngine:
         if tick.acknowledged:
             # The session decided the speech over its turn was an "mm-hm": talk through it,
             # never answer it.
-            fresh = self._fresh()
-            state = {**state, **{k: fresh[k] for k in _UTTERANCE}}
+            state = self._forget_utterance(state)
         hearing = self._hear(state, pcm, fmt.rate, unit_ms, tick.audio)
         if state["phase"] == "calling":
             return self._call(ctx, state)
@@ -230,8 +236,7 @@ class FullDuplexEngine:
             state["partial_at_ms"] = state["speech_ms"]
         verdict = _turn_verdict(state, (state["heard"] + delta).split())
         if verdict == "noise":  # a click or a cough: forget it
-            fresh = self._fresh()
-            state = {**state, **{k: fresh[k] for k in _UTTERANCE}}
+            state = self._forget_utterance(state)
         if state["phase"] == "speaking":  # it hears the user, and answers once its turn is over
             return self._speak(ctx, state, unit_ms, delta)
         if verdict == "noise":
