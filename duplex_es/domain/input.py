@@ -23,7 +23,7 @@ from duplex_es.domain.commands import AppendAudio, AppendText, CancelInput, Clea
 from duplex_es.domain.duplex import add_pending, end_drop, overlap_on_start, overlap_on_stop, overlap_ongoing
 from duplex_es.domain.errors import Code
 from duplex_es.domain.limits import MAX_BUFFER_MS, MAX_INPUT_TEXT_CHARS, MIN_COMMIT_MS
-from duplex_es.domain.replace import replace
+from duplex_es.domain.replace import copier, replace
 from duplex_es.domain.responses import cancel_events, retire_frozen, start_response
 from duplex_es.domain.rules import Fold, put_item, reject
 from duplex_es.domain.state import InputBuffer, Item, Response, SessionState
@@ -47,6 +47,7 @@ from duplex_es.events import (
 __all__ = ["commit_events", "end_speech", "split_segments", "turn_end_events"]
 
 _NO_VAD = VadState()  # immutable: one instance serves every append without VAD
+_EMPTY_BUFFER = InputBuffer()  # immutable too: every clear empties the buffer to it
 
 
 def split_segments(segments: tuple[AudioSegment, ...], samples: int) -> tuple[tuple[AudioSegment, ...], tuple[AudioSegment, ...]]:
@@ -376,27 +377,33 @@ def _buffered(state: SessionState) -> tuple[int, ...]:
 # ---------------------------------------------------------------------------------- evolvers
 
 
+# The commonest events' evolvers copy with the class's copier (no lookup per call) and set
+# ``seq`` in the one copy they make (else ``evolve`` makes a second one to set it).
+_copy_state = copier(SessionState)
+_copy_buffer = copier(InputBuffer)
+
+
 def evolve_audio_appended(ev: AudioAppended, state: SessionState, seq: int) -> SessionState:
     if state.full_duplex:  # it waits for the next unit, not for a commit
         state = add_pending(state, seq, ev.samples, ev.start_sample)
-        return replace(state, input_clock=state.input_clock + ev.samples, vad=ev.vad or _NO_VAD, seq=seq)
+        return _copy_state(state, input_clock=state.input_clock + ev.samples, vad=ev.vad or _NO_VAD, seq=seq)
     buf = state.buffer
-    start = buf.start_sample if not buf.empty else ev.start_sample
-    buf = replace(
+    samples = ev.samples
+    buf = _copy_buffer(
         buf,
-        segments=buf.segments + (AudioSegment(seq=seq, offset=0, samples=ev.samples),),
+        segments=buf.segments + (AudioSegment(seq=seq, offset=0, samples=samples),),
         append_seqs=buf.append_seqs + (seq,),
-        samples=buf.samples + ev.samples,
-        start_sample=start,
+        samples=buf.samples + samples,
+        start_sample=buf.start_sample if buf.append_seqs or buf.text_seqs else ev.start_sample,  # not buf.empty
     )
-    return replace(state, buffer=buf, input_clock=state.input_clock + ev.samples, vad=ev.vad or _NO_VAD, seq=seq)
+    return _copy_state(state, buffer=buf, input_clock=state.input_clock + samples, vad=ev.vad or _NO_VAD, seq=seq)
 
 
 def evolve_text_appended(ev: TextAppended, state: SessionState, seq: int) -> SessionState:
     buf = state.buffer
     start = buf.start_sample if not buf.empty else state.input_clock
-    buf = replace(buf, text_seqs=buf.text_seqs + (seq,), text=buf.text + ev.text, start_sample=start)
-    return replace(state, buffer=buf)
+    buf = _copy_buffer(buf, text_seqs=buf.text_seqs + (seq,), text=buf.text + ev.text, start_sample=start)
+    return _copy_state(state, buffer=buf, seq=seq)
 
 
 def evolve_speech_started(ev: SpeechStarted, state: SessionState, seq: int) -> SessionState:
@@ -460,4 +467,4 @@ def evolve_input_committed(ev: InputCommitted, state: SessionState, seq: int) ->
 
 def evolve_input_cleared(ev: InputCleared, state: SessionState, seq: int) -> SessionState:
     vad = state.vad
-    return replace(state, buffer=InputBuffer(), vad=VadState(frame_fill=vad.frame_fill, frame_energy=vad.frame_energy, model_state=vad.model_state))
+    return _copy_state(state, buffer=_EMPTY_BUFFER, vad=VadState(frame_fill=vad.frame_fill, frame_energy=vad.frame_energy, model_state=vad.model_state), seq=seq)

@@ -4,6 +4,7 @@ than store fields go through ``attrs.evolve`` itself."""
 
 from __future__ import annotations
 
+import functools
 import random
 
 import attrs
@@ -66,6 +67,33 @@ def test_a_class_whose_init_does_more_is_copied_by_attrs_evolve():
         replace(Checked(1), n="x")  # the validator ran
     assert replace(Hashed(1), n=3) == Hashed(3) and _COPIERS[Hashed] is not attrs.evolve
     assert replace(SessionConfig(model="m"), voice="ash") == SessionConfig(model="m", voice="ash")
+
+
+def test_a_class_without_slots_is_copied_field_for_field():
+    """The dict copy (classes without slots, as ``SessionState``) gives a new instance with the
+    changes, leaves the original alone, refuses unknown names; a ``cached_property`` (which
+    would carry its stale value into the copy) sends the class to ``attrs.evolve``."""
+
+    @attrs.frozen(slots=False)
+    class Wide:
+        a: int = 0
+        b: tuple[int, ...] = ()
+
+    @attrs.frozen(slots=False)
+    class Cached:
+        a: int = 0
+
+        @functools.cached_property
+        def double(self) -> int:
+            return 2 * self.a
+
+    w = Wide(1, (2,))
+    got = replace(w, b=(3,))
+    assert got == Wide(1, (3,)) and w == Wide(1, (2,)) and got.__dict__ is not w.__dict__
+    with pytest.raises(TypeError):
+        replace(w, c=1)
+    c = Cached(2)
+    assert c.double == 4 and replace(c, a=5).double == 10 and _COPIERS[Cached] is attrs.evolve
 
 
 def _sample(f: attrs.Attribute) -> object:
