@@ -1,5 +1,5 @@
 """Starting ``duplex-es serve`` and ``duplex-es worker`` as separate OS processes (demo, chaos,
-bench, tests)."""
+bench, tests), and the bench's bare transport peer (:mod:`duplex_es_tools.bare_transport`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Optional, Sequence
 
-__all__ = ["Proc", "free_port", "start_server", "start_worker", "wait_healthy"]
+__all__ = ["Proc", "free_port", "start_server", "start_worker", "start_bare_transport", "wait_healthy"]
 
 
 def free_port() -> int:
@@ -24,16 +24,17 @@ def free_port() -> int:
 
 
 class Proc:
-    """A child ``duplex-es`` process whose output goes to a log file."""
+    """A child Python process, ``python -m <module> <args>`` (``duplex-es`` unless ``module``
+    says otherwise), whose output goes to a log file."""
 
-    def __init__(self, args: Sequence[str], log_path: Path, env: Optional[dict] = None) -> None:
+    def __init__(self, args: Sequence[str], log_path: Path, env: Optional[dict] = None, module: str = "duplex_es.cli.main") -> None:
         self.args = list(args)
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "ab")
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "duplex_es.cli.main", *self.args],
+            [sys.executable, "-m", module, *self.args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=full_env,
@@ -79,6 +80,12 @@ def start_worker(db_url: str, log_path: Path, extra: Sequence[str] = (), env: Op
     """Start ``duplex-es worker`` (``env`` adds environment variables, e.g. a PYTHONPATH for
     an ``--engine-plugin``)."""
     return Proc(["worker", "--db", db_url, *extra], log_path, env)
+
+
+def start_bare_transport(port: int, log_path: Path, extra: Sequence[str] = ()) -> Proc:
+    """Start bench row 13's peer (:mod:`duplex_es_tools.bare_transport`: ``serve``'s uvicorn stack
+    with no session logic) on 127.0.0.1:``port``; it answers ``/healthz`` as ``serve`` does."""
+    return Proc(["--host", "127.0.0.1", "--port", str(port), *extra], log_path, module="duplex_es_tools.bare_transport")
 
 
 def wait_healthy(port: int, proc: Proc, timeout: float = 30.0) -> None:

@@ -21,5 +21,6 @@ ratio. One module per job:
 * :mod:`~duplex_es_tools.bench.extras` — figures outside the table (spoken turn, world block);
 * :mod:`~duplex_es_tools.bench.run` — orchestration.
 
-Rows 9–11 (serving) come from :mod:`duplex_es_tools.bench.serving`.
+Rows 9–11 and 13–15 (serving) come from :mod:`duplex_es_tools.bench.serving`; row 13's peer,
+the bare transport, is :mod:`duplex_es_tools.bare_transport`.
 """

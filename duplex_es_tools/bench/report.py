@@ -63,7 +63,8 @@ class Comparison(TypedDict, total=False):
 class Row(TypedDict, total=False):
     """One row of the table in issue 6 §3 on one backend.
 
-    Keys: ``row`` (1–12), ``backend`` (``sqlite`` or ``postgresql``), ``measurement``, ``n``
+    Keys: ``row`` (1–15), ``backend`` (``sqlite`` or ``postgresql``; ``none`` for row 13, the
+    bare transport ceiling, which logs nothing), ``measurement``, ``n``
     (events or operations measured), ``events_per_s`` (ev/s, or ``None`` for latency rows),
     ``p50_ms`` / ``p95_ms`` / ``p99_ms`` (ms, from an HDR histogram), ``target`` (the issue's
     text), ``met`` (``None``: not measured or not decidable), ``durability`` (the settings the

@@ -1,6 +1,7 @@
 """Orchestration of ``make bench``: machine facts first, then every selected row on every selected
-backend (each row runs its comparisons itself, back to back), the serving rows 9–11 from
-:mod:`duplex_es_tools.bench.serving`, the extra figures, and the report."""
+backend (each row runs its comparisons itself, back to back), the serving rows 9–15 from
+:mod:`duplex_es_tools.bench.serving` (row 13, the bare transport ceiling, once, before the
+backends' row 10 that is compared with it), the extra figures, and the report."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from duplex_es_tools.bench.rows_append import batched_row, concurrent_row, singl
 from duplex_es_tools.bench.rows_growth import growth_row
 from duplex_es_tools.bench.rows_read import load_row, rebuild_row
 from duplex_es_tools.bench.rows_ticks import claim_row, wakeup_row
-from duplex_es_tools.bench.targets import ALL_ROWS, BACKENDS, MEASUREMENTS, SERVING_ROWS, target
+from duplex_es_tools.bench.targets import ALL_ROWS, BACKENDS, MEASUREMENTS, NO_BACKEND, SERVING_ROWS, target
 from duplex_es_tools.bench.workload import SEED
 
 __all__ = ["BenchOptions", "run_suite", "ROW_FUNCTIONS", "DEFAULT_LOG_EVENTS"]
@@ -106,6 +107,17 @@ def _serving_rows(ctx: BenchContext, backends: Sequence[str], wanted: set[int], 
         reason = f"duplex_es_tools.bench.serving is not available ({exc})"
         return [not_measured(r, b, MEASUREMENTS[r], target(r, b), reason) for r in sorted(wanted) for b in backends]
     rows: list[Row] = []
+    ceiling = None
+    if 13 in wanted:
+        # Once per run, not per backend: it has none. Row 10 of each backend is compared with it.
+        from duplex_es_tools.bench.serving import ceiling_row, transport_ceiling
+
+        ctx.say("row 13: bare transport ceiling (duplex_es_tools.bare_transport, row 10's ramp)")
+        got = _safely(ctx.say, 13, NO_BACKEND, lambda: transport_ceiling(quick=ctx.quick, out_dir=ctx.folder / "serving-transport"))
+        if isinstance(got, dict):  # failed: the not-measured row
+            rows.append(got)
+        else:
+            ceiling = got
     for b in backends:
         here = {r for r in wanted if b in BACKENDS[r]}  # row 15 is measured on SQLite only
         if not here:
@@ -114,7 +126,9 @@ def _serving_rows(ctx: BenchContext, backends: Sequence[str], wanted: set[int], 
 
         def call(b: str = b, here: set[int] = here) -> list[Row]:
             with ctx.fresh(b, "serving") as bdb:
-                return run_serving_rows(b, bdb.url, quick=ctx.quick, out_dir=ctx.folder / f"serving-{b}", rows=sorted(here), say=ctx.say)
+                return run_serving_rows(
+                    b, bdb.url, quick=ctx.quick, out_dir=ctx.folder / f"serving-{b}", rows=sorted(here), say=ctx.say, ceiling=ceiling
+                )
 
         got = _safely(ctx.say, min(here), b, call)
         if isinstance(got, dict):  # failed: one not-measured row per wanted row
@@ -123,6 +137,8 @@ def _serving_rows(ctx: BenchContext, backends: Sequence[str], wanted: set[int], 
             if r.get("row") in here:
                 r.setdefault("durability", ctx.durability.get(b, ""))
                 rows.append(r)
+    if ceiling is not None:
+        rows.append(ceiling_row(ceiling, [r for r in rows if r.get("row") == 10]))
     return rows
 
 

@@ -1,4 +1,4 @@
-"""Rows 9–11 of issue 6 §3: the serving path, measured end to end against a real
+"""Rows 9–11 and 13 of issue 6 §3 and issue 16: the serving path, measured end to end against a real
 ``duplex-es serve`` process over real WebSockets on loopback.
 
 * **Row 9** — worker output commit → the client's WebSocket frame. The bench process plays the
@@ -11,6 +11,11 @@
   sessions appending 20 ms PCM16 chunks of the fixture at real time, ``turn_detection: null`` (no
   responses, no workers), ``acknowledge_appends`` on; a ramp finds the largest session count
   whose append → ``input_audio_buffer.appended`` p99 stays ≤ 50 ms.
+* **Row 13** — the bare transport ceiling (issue 16): the same ramp against
+  :mod:`duplex_es_tools.bare_transport`, a peer on the same Starlette + uvicorn stack with the same
+  options as ``duplex-es serve`` but no session logic (it parses each append, decodes its base64
+  and acknowledges it). Measured once per run (it has no backend) and compared with row 10 of
+  each backend: row 10 reports ours / ceiling.
 * **Row 11** — the same ramp against the same server code and options on an in-memory log (a
   SQLite file on ``/dev/shm`` with ``PRAGMA synchronous=OFF``); the ratio of the two counts is
   the cost of durability.
@@ -40,16 +45,31 @@ from duplex_es.worker.engine import EngineOutput, TickIdentity
 from duplex_es.worker.contracts import output_events
 from duplex_es_tools.bench.histogram import Latencies
 from duplex_es_tools.bench.report import Row, build_row, comparison
-from duplex_es_tools.bench.targets import MEASUREMENTS, target
+from duplex_es_tools.bench.report import ratio as figure_ratio
+from duplex_es_tools.bench.targets import MEASUREMENTS, NO_BACKEND, target
 from duplex_es_tools.loadgen import RampResult, run, run_load, run_ramp
-from duplex_es_tools.processes import Proc, free_port, start_server, wait_healthy
+from duplex_es_tools.processes import Proc, free_port, start_bare_transport, start_server, wait_healthy
 
-__all__ = ["run_serving_rows", "output_to_frame", "ramp_sessions", "IN_MEMORY"]
+__all__ = [
+    "run_serving_rows",
+    "output_to_frame",
+    "ramp_sessions",
+    "transport_ceiling",
+    "ceiling_row",
+    "IN_MEMORY",
+    "BARE_TRANSPORT",
+]
 
 #: How row 11's in-memory log is made, stated beside its figure.
 IN_MEMORY = "SQLite on /dev/shm (tmpfs), PRAGMA synchronous=OFF, WAL"
 
-#: Session counts row 10 and 11 try (then bisect): fine at the low end, where a server that is
+#: What row 13's peer is, stated beside its figure.
+BARE_TRANSPORT = (
+    "duplex_es_tools.bare_transport: Starlette + uvicorn (websockets-sansio, serve's HTTP protocol and frame limit), "
+    "no session logic: parse each append, decode its base64, answer input_audio_buffer.appended"
+)
+
+#: Session counts rows 10, 11 and 13 try (then bisect): fine at the low end, where a server that is
 #: far from the target still gets a figure, and up to five times the target.
 _ROW10_STEPS = (1, 2, 5, 10, 25, 50, 75, 100, 150, 200, 250, 300, 400, 500)
 
@@ -59,7 +79,14 @@ _IN_MEMORY_CACHE: dict[bool, RampResult] = {}
 
 
 def run_serving_rows(
-    backend: str, url: str, *, quick: bool, out_dir: Path, rows: Iterable[int] = (9, 10, 11, 14), say: Optional[Callable[[str], Any]] = None
+    backend: str,
+    url: str,
+    *,
+    quick: bool,
+    out_dir: Path,
+    rows: Iterable[int] = (9, 10, 11, 14),
+    say: Optional[Callable[[str], Any]] = None,
+    ceiling: Optional[RampResult] = None,
 ) -> list[dict]:
     """Measure rows 9, 10, 11, 14 and 15 (:mod:`duplex_es_tools.bench.rows_duplex`) on ``backend`` (``sqlite`` or ``postgresql``) whose fresh
     database is ``url``; server logs and the ramps' JSON go to ``out_dir``.
@@ -71,6 +98,8 @@ def run_serving_rows(
         out_dir: for ``serve`` logs and ``ramp-*.json``.
         rows: which of 9, 10, 11, 14, 15 to measure.
         say: hears a line per trial of row 15 (progress of a long ramp).
+        ceiling: row 13's ramp of this run (:func:`transport_ceiling`), if measured: row 10
+            then reports ours / ceiling among its comparisons.
 
     Returns:
         One row dict per measured row (see :mod:`duplex_es_tools.bench.report`).
@@ -85,7 +114,7 @@ def run_serving_rows(
         (out_dir / f"ramp-{backend}.json").write_text(json.dumps(durable.as_dict(), indent=2))
         memory = _in_memory_ramp(out_dir, quick=quick) if 11 in wanted else None
         if 10 in wanted:
-            out.append(_row10(backend, durable, memory))
+            out.append(_row10(backend, durable, memory, ceiling))
         if 11 in wanted and memory is not None:
             out.append(_row11(backend, durable, memory))
     if 14 in wanted:
@@ -112,13 +141,46 @@ def _server(db_url: str, log_path: Path, extra: tuple[str, ...] = ()) -> Iterato
         proc.stop()
 
 
+@contextlib.contextmanager
+def _bare_transport(log_path: Path) -> Iterator[int]:
+    """Row 13's peer (:mod:`duplex_es_tools.bare_transport`) on 127.0.0.1, stopped afterwards;
+    yields the port."""
+    port = free_port()
+    proc = start_bare_transport(port, log_path, extra=("--log-level", "WARNING"))
+    try:
+        wait_healthy(port, proc, timeout=60)
+        yield port
+    finally:
+        proc.stop()
+
+
+def _ramp(port: int, *, quick: bool) -> RampResult:
+    """The ramp of rows 10, 11 and 13 against whatever listens on ``port``."""
+    url = f"ws://127.0.0.1:{port}/v1/realtime"
+    if quick:
+        return run(run_ramp(url, steps=(1, 5, 10, 25), duration_s=2.0, warmup_s=0.5, time_budget_s=40, refine=0, pause_s=0.5))
+    return run(run_ramp(url, steps=_ROW10_STEPS, duration_s=10.0, warmup_s=2.0, time_budget_s=300, refine=3))
+
+
 def ramp_sessions(db_url: str, log_path: Path, *, quick: bool, extra: tuple[str, ...] = ()) -> RampResult:
     """Start a server on ``db_url`` and ramp the load generator against it (see :func:`run_ramp`)."""
     with _server(db_url, log_path, extra) as port:
-        url = f"ws://127.0.0.1:{port}/v1/realtime"
-        if quick:
-            return run(run_ramp(url, steps=(1, 5, 10, 25), duration_s=2.0, warmup_s=0.5, time_budget_s=40, refine=0, pause_s=0.5))
-        return run(run_ramp(url, steps=_ROW10_STEPS, duration_s=10.0, warmup_s=2.0, time_budget_s=300, refine=3))
+        return _ramp(port, quick=quick)
+
+
+def transport_ceiling(*, quick: bool, out_dir: Path) -> RampResult:
+    """Row 13: start the bare transport peer and ramp it exactly as row 10 ramps a server; its log
+    and ``ramp-bare-transport.json`` go to ``out_dir``.
+
+    Raises:
+        RuntimeError: the peer did not start.
+        LoadgenError: no session could be opened on it.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with _bare_transport(out_dir / "bare-transport.log") as port:
+        result = _ramp(port, quick=quick)
+    (out_dir / "ramp-bare-transport.json").write_text(json.dumps(result.as_dict(), indent=2))
+    return result
 
 
 @contextlib.contextmanager
@@ -303,13 +365,47 @@ def _ramp_figures(ramp: RampResult) -> dict[str, Any]:
     return {"events_per_s": round(trial.appends_per_s, 1), "p50_ms": trial.p50_ms, "p95_ms": trial.p95_ms, "p99_ms": trial.p99_ms}
 
 
-def _row10(backend: str, ramp: RampResult, memory: Optional[RampResult]) -> Row:
+def _held(ramp: RampResult) -> str:
+    """``"N sessions"``, or ``"≥ N sessions"`` when no step missed (the ramp ran out of steps or
+    time, so N is a lower bound)."""
+    bound = "" if "missed" in ramp.stopped else "≥ "
+    return f"{bound}{ramp.best if ramp.best is not None else 'no'} sessions"
+
+
+#: Row 10's session count target per backend (issue 16), and its share of the bare transport
+#: ceiling on SQLite.
+_ROW10_SESSIONS = {"sqlite": 150, "postgresql": 100}
+_ROW10_CEILING_SHARE = 0.5
+
+
+def _row10_met(backend: str, best: Optional[int], ceiling: Optional[RampResult], ceiling_ratio: Optional[float]) -> Optional[bool]:
+    """Issue 16's row 10: enough sessions held and, on SQLite, ≥ 0.5× the ceiling of the same run.
+    ``None`` when the count is met but the share cannot be decided: row 13 was not measured, or
+    its ceiling is only a lower bound (no step missed) while the share it gives is ≥ 0.5."""
+    if best is None or best < _ROW10_SESSIONS.get(backend, 100):
+        return False
+    if backend != "sqlite":
+        return True
+    if ceiling is None or ceiling_ratio is None:
+        return None
+    if ceiling_ratio < _ROW10_CEILING_SHARE:
+        return False
+    return True if "missed" in ceiling.stopped else None
+
+
+def _row10(backend: str, ramp: RampResult, memory: Optional[RampResult], ceiling: Optional[RampResult] = None) -> Row:
     best = ramp.best
     trial = ramp.best_trial
     figures = _ramp_figures(ramp)
     comparisons = []
     if memory is not None:
         comparisons.append(comparison(f"in-memory log ({IN_MEMORY}): {memory.best} sessions", _ramp_figures(memory), figures, "events_per_s"))
+    ceiling_ratio = None
+    if ceiling is not None:
+        # ev/s at the held counts: every session appends 50 chunks/s, so this is the sessions' ratio.
+        beside = comparison(f"bare transport ceiling (row 13, same run): {_held(ceiling)}", _ramp_figures(ceiling), figures, "events_per_s")
+        comparisons.append(beside)
+        ceiling_ratio = beside.get("ratio")
     row = build_row(
         10,
         backend,
@@ -317,12 +413,14 @@ def _row10(backend: str, ramp: RampResult, memory: Optional[RampResult]) -> Row:
         figures,
         n=trial.acked if trial is not None else 0,
         target=target(10, backend),
-        met=best is not None and best >= 100,
+        met=_row10_met(backend, best, ceiling, ceiling_ratio),
         durability="",
         ratio_of="events_per_s",
         comparisons=comparisons,
         note=(
-            f"largest session count held: {best}; ramp (sessions: append → ack p99; a miss is run once more): {_trials_text(ramp)}; "
+            f"largest session count held: {best}; "
+            + (f"ours / bare transport ceiling = {ceiling_ratio}× (issue 16 aims for ≥ {_ROW10_CEILING_SHARE}× on SQLite); " if ceiling is not None else "")
+            + f"ramp (sessions: append → ack p99; a miss is run once more): {_trials_text(ramp)}; "
             f"stopped: {ramp.stopped}. "
             "Each session: 20 ms PCM16 24 kHz appends of the fixture at real time, turn_detection null (no responses, no workers), "
             "duplex.acknowledge_appends on; latency = send → input_audio_buffer.appended received; events_per_s = appends/s at the held count"
@@ -331,6 +429,54 @@ def _row10(backend: str, ramp: RampResult, memory: Optional[RampResult]) -> Row:
     del row["durability"]  # the suite states the backend's settings and the disk's fsync latency
     row["sessions_held"] = best  # type: ignore[typeddict-unknown-key]
     row["trials"] = [t.as_dict() for t in ramp.trials]  # type: ignore[typeddict-unknown-key]
+    if ceiling is not None:
+        row["ceiling_ratio"] = ceiling_ratio  # type: ignore[typeddict-unknown-key]
+    return row
+
+
+# -------------------------------------------------------------------------------------- row 13
+
+
+def ceiling_row(ceiling: RampResult, rows10: Iterable[Row] = ()) -> Row:
+    """Row 13 from its ramp (:func:`transport_ceiling`), with row 10 of each backend of the same
+    run (``rows10``) as its comparisons.
+
+    The row's figures are the peer's, not duplex-es's; so that a ratio means the same everywhere
+    in the report (duplex-es / its peer), each comparison's ``ratio`` is row 10 / this ceiling,
+    the number row 10 reports too. ``backend`` is :data:`NO_BACKEND`.
+    """
+    figures = _ramp_figures(ceiling)
+    trial = ceiling.best_trial
+    comparisons = []
+    for r in rows10:
+        if r.get("row") != 10 or r.get("sessions_held") is None:  # type: ignore[typeddict-item]
+            continue
+        theirs = {k: r.get(k) for k in ("events_per_s", "p50_ms", "p95_ms", "p99_ms")}
+        c = comparison(f"duplex-es row 10 on {r['backend']} (same run): {r['sessions_held']} sessions", theirs, figures, "events_per_s")  # type: ignore[typeddict-item]
+        c["ratio"] = figure_ratio(theirs.get("events_per_s"), figures.get("events_per_s"))  # row 10 / ceiling: see the docstring
+        comparisons.append(c)
+    row = build_row(
+        13,
+        NO_BACKEND,
+        f"{MEASUREMENTS[13]}: {_held(ceiling)} held p99 ≤ 50 ms",
+        figures,
+        n=trial.acked if trial is not None else 0,
+        target=target(13, NO_BACKEND),
+        met=None,
+        durability="none: nothing is logged",
+        ratio_of="events_per_s",
+        comparisons=comparisons,
+        note=(
+            f"the peer: {BARE_TRANSPORT}; largest session count held: {ceiling.best}"
+            f"{'' if 'missed' in ceiling.stopped else ' (a lower bound: no step missed)'}; "
+            f"ramp (the same as row 10's): {_trials_text(ceiling)}; stopped: {ceiling.stopped}; "
+            f"client send lag p99 at the held count {trial.send_lag_p99_ms if trial is not None else None} ms "
+            "(how late the load generator itself sent: near the ceiling the client shares the CPU). "
+            + ("Comparisons: row 10 of each backend, ratio = row 10 / this ceiling." if comparisons else "Row 10 was not measured in this run: nothing to compare.")
+        ),
+    )
+    row["sessions_held"] = ceiling.best  # type: ignore[typeddict-unknown-key]
+    row["trials"] = [t.as_dict() for t in ceiling.trials]  # type: ignore[typeddict-unknown-key]
     return row
 
 

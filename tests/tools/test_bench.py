@@ -74,10 +74,32 @@ def test_quick_bench_on_postgresql_drops_its_schemas(pg_schema_url: str, tmp_pat
 
 
 def test_rows_option():
-    assert parse_rows("all") == ((*range(1, 13), 14, 15), True)
+    assert parse_rows("all") == (tuple(range(1, 16)), True)
     assert parse_rows("12, 1,extras") == ((1, 12), True)
+    assert parse_rows("13,10") == ((10, 13), False)
     with pytest.raises(Exception):
-        parse_rows("13")
+        parse_rows("16")
+
+
+@pytest.mark.slow
+def test_quick_row_13_ramps_the_bare_transport_once_and_row_10_reports_its_share_of_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Rows 10 and 13 through ``duplex-es bench``: the peer is ramped once (it has no backend) with
+    row 10's load, and row 10 carries ours / ceiling beside its figure; row 13 lists row 10."""
+    out = tmp_path / "bench"
+    results = _bench(out, "--backend", "sqlite", "--rows", "10,13", monkeypatch=monkeypatch)
+    rows = {(r["row"], r["backend"]): r for r in results["rows"]}
+    assert sorted(rows) == [(10, "sqlite"), (13, "none")]
+    ceiling, row10 = rows[13, "none"], rows[10, "sqlite"]
+    _check_row(ceiling, 13, "none")
+    _check_row(row10, 10, "sqlite")
+    assert ceiling["sessions_held"] is not None and [t["sessions"] for t in ceiling["trials"]][0] == 1
+    assert all(t["errors"] == 0 and t["acked"] > 0 for t in ceiling["trials"]), "the peer acknowledged every run's appends"
+    (beside,) = [c for c in row10["comparisons"] if c["name"].startswith("bare transport ceiling (row 13, same run)")]
+    assert beside["events_per_s"] == ceiling["events_per_s"] and beside["ratio"] == row10["ceiling_ratio"]
+    (listed,) = ceiling["comparisons"]
+    assert listed["name"].startswith("duplex-es row 10 on sqlite") and listed["ratio"] == row10["ceiling_ratio"]
+    md = (out / "RESULTS.md").read_text()
+    assert "| 13 | none |" in md and "bare transport ceiling (row 13, same run)" in md
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
