@@ -7,11 +7,13 @@ a time. So commands that arrive while a commit is in flight wait for it and then
 one — the batching of effect-cqrs' PostgreSQL store and of ObneyAI/grain's SQLite write queue
 (docs/sources.md, "Group commit in other event stores"). One command alone pays nothing extra: with
 the default window of 0 the writer never waits for company, it takes what is queued. On SQLite
-the server commits on its event loop instead (``inline``): the commands decided in one turn of
-the loop share the transaction, with no thread and no GIL hand-offs in between. An inline commit
-never waits for a lock: if the write lock is taken it tries again a little later, and fails the
-waiting commands with :class:`LogUnavailable` once they have waited ``timeout_ms``; nothing of
-theirs was written (docs/security.md, "No global stalls").
+the server writes on its event loop instead (``inline``): the commands decided in one turn of
+the loop share the transaction, whose statements run on the loop with no GIL hand-offs in
+between; only its ``COMMIT`` — the fsync, most of a small batch's time — runs in a committer
+thread, and what the loop decides meanwhile makes the next batch (docs/performance.md, "The
+append path"). An inline write never waits for a lock: if the write lock is taken it tries
+again a little later, and fails the waiting commands with :class:`LogUnavailable` once they have
+waited ``timeout_ms``; nothing of theirs was written (docs/security.md, "No global stalls").
 
 Each command keeps its own checks — fence, idempotency key, expected seq — run inside the shared
 transaction in arrival order (a later command sees an earlier one's events), and fails alone:
@@ -27,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import itertools
 import logging
 import threading
@@ -121,15 +124,17 @@ class GroupCommitWriter:
         window_ms: after taking the first waiting command, wait this long for more before
             committing (0: take only what is already queued — no added latency).
         max_batch: the most commands in one transaction.
-        inline: commit :meth:`append_async` batches on the caller's event loop (the commands
-            decided in one turn of the loop share one transaction) instead of in the thread.
+        inline: write :meth:`append_async` batches on the caller's event loop (the commands
+            decided in one turn of the loop share one transaction) instead of in the thread,
+            with only the ``COMMIT`` (the fsync) in a committer thread, one batch at a time.
             For SQLite, where a commit is a local fsync of well under a millisecond: the
             thread spent most of its batch waiting for the GIL, once per statement, which the
             busy loop holds for up to the 5 ms switch interval, so under load a batch took tens
-            of ms (issue 6 row 10: 30 sessions held p99 246 ms in the thread, 56 ms inline).
-            Not for PostgreSQL: a commit there waits on the network and on the other servers'
-            append lock, which must not stall the loop. :meth:`submit` always uses the thread.
-            An inline commit never waits on a lock (:meth:`Database.write` with ``wait=False``).
+            of ms (issue 6 row 10: 30 sessions held p99 246 ms in the thread, 56 ms inline);
+            the ``COMMIT`` is one call that waits without the GIL. Not for PostgreSQL: a
+            statement there waits on the network and on the other servers' append lock, which
+            must not stall the loop. :meth:`submit` always uses the thread. An inline write
+            never waits on a lock (:meth:`Database.write` with ``wait=False``).
         timeout_ms: how long an append may wait for the write lock, from its ``since``, before
             it fails with :class:`LogUnavailable` (ms). Inline, the writer tries again on a timer
             until then; in the thread, the database's own ``write_timeout_ms`` bounds each
@@ -153,6 +158,9 @@ class GroupCommitWriter:
         self._inline: list[_Request] = []  # awaited appends of this turn of the loop (inline)
         self._inline_scheduled = False
         self._busy_tries = 0  # consecutive inline attempts that found the lock taken
+        self._committing = False  # an inline batch's COMMIT runs in the committer thread
+        self._committing_since: Optional[float] = None  # the oldest append of that batch
+        self._committer: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._in_flight_since: Optional[float] = None  # the thread's batch being committed
         self._last_commit_at: Optional[float] = None
         self._last_failure_at: Optional[float] = None
@@ -228,12 +236,12 @@ class GroupCommitWriter:
 
     def _flush_inline(self) -> None:
         self._inline_scheduled = False
-        if not self._inline:
-            return
+        if not self._inline or self._committing:
+            return  # a commit in flight flushes what waits once it is done
         loop = asyncio.get_running_loop()
         batch = self._inline[: self.max_batch]
         try:
-            settled = self._outcomes(batch, wait=False)
+            pending = self._begin_inline(batch)
         except WriteLockBusy as busy:
             # Someone else holds the write lock: nothing was written. Fail what waited too
             # long, and try the rest again shortly — the loop serves everybody meanwhile.
@@ -256,10 +264,70 @@ class GroupCommitWriter:
             return
         self._busy_tries = 0
         del self._inline[: len(batch)]
-        if self._inline:
+        if isinstance(pending, list):  # the statements failed: settled the synchronous way
+            self._after_inline(loop)
+            _settle_async([(r.future, outcome) for r, outcome in pending])  # type: ignore[misc]
+            return
+        stack, outcomes = pending
+        # The COMMIT (SQLite's fsync) runs in the committer thread: the loop goes on serving
+        # sessions meanwhile, and what is decided meanwhile makes the next batch. Nobody learns
+        # an outcome before the commit returned (docs/architecture.md, I4).
+        self._committing = True
+        self._committing_since = min(r.since for r in batch)
+        if self._committer is None:
+            self._committer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-commit")
+        done = loop.run_in_executor(self._committer, stack.close)
+        done.add_done_callback(lambda f: self._committed(loop, batch, outcomes, f))
+
+    def _begin_inline(self, batch: list[_Request]) -> "tuple[contextlib.ExitStack, list] | list[tuple[_Request, object]]":
+        """Open the write transaction on the loop (never waiting for the lock) and run the
+        batch's statements in it; returns the open transaction (its ``close`` commits) and the
+        outcomes. Should a statement fail, the transaction is rolled back and the batch goes
+        the synchronous way (:meth:`_outcomes`: one by one, so only the culprit fails); its
+        settled outcomes are returned instead.
+
+        Raises:
+            WriteLockBusy: the write lock was taken (nothing written).
+        """
+        stack = contextlib.ExitStack()
+        conn = stack.enter_context(self.log.db.write(wait=False))  # WriteLockBusy: nothing open
+        try:
+            outcomes = self.log.append_batch_in(conn, [r.append for r in batch])
+        except Exception as exc:
+            try:
+                stack.__exit__(type(exc), exc, exc.__traceback__)  # rolls back, releases the lock
+            except Exception:
+                pass  # the rollback passes the statement's error on: handled the synchronous way
+            return self._outcomes(batch, wait=False)
+        except BaseException as exc:
+            stack.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        return stack, outcomes
+
+    def _committed(self, loop: asyncio.AbstractEventLoop, batch: list[_Request], outcomes: list, done: "asyncio.Future[None]") -> None:
+        """The committer thread's COMMIT of ``batch`` returned: settle its callers."""
+        self._committing_since = None
+        exc = done.exception()
+        if exc is None:
+            self.transactions += 1
+            self.commands += len(batch)
+            self._last_commit_at = time.monotonic()
+            BATCH_COMMANDS.observe(len(batch))
+            settled = list(zip(batch, outcomes))
+        else:  # the COMMIT itself failed: the transaction is gone, nothing of it was written
+            detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            self._failed(f"commit failed: {detail}")
+            log.warning("the commit of %d command(s) failed: %s", len(batch), detail)
+            now = time.monotonic()
+            settled = [(r, LogUnavailable("failed", detail, (now - r.since) * 1000)) for r in batch]
+        self._after_inline(loop)
+        _settle_async([(r.future, outcome) for r, outcome in settled])  # type: ignore[misc]
+
+    def _after_inline(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._committing = False
+        if self._inline and not self._inline_scheduled:
             self._inline_scheduled = True
             loop.call_soon(self._flush_inline)
-        _settle_async([(r.future, outcome) for r, outcome in settled])  # type: ignore[misc]
 
     def health(self) -> LogHealth:
         """What this writer saw of the database lately (:class:`LogHealth`); touches nothing."""
@@ -269,6 +337,8 @@ class GroupCommitWriter:
             waiting += [r.since for r in itertools.islice(self._pending, 1)]
         if self._in_flight_since is not None:
             waiting.append(self._in_flight_since)
+        if self._committing_since is not None:
+            waiting.append(self._committing_since)
         oldest = (now - min(waiting)) * 1000 if waiting else 0.0
         return LogHealth(self._last_commit_at, self._last_failure_at, self._last_failure, oldest)
 
@@ -310,6 +380,8 @@ class GroupCommitWriter:
             self._closed = True
             self._cond.notify()
         self._thread.join(timeout_s)
+        if self._committer is not None:
+            self._committer.shutdown(wait=True)  # a COMMIT in flight finishes
 
     # --------------------------------------------------------------------------------- internals
 

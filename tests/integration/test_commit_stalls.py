@@ -108,3 +108,54 @@ def test_the_checkpointer_keeps_the_wal_bounded(tmp_path: Path, interval_ms: int
     finally:
         checkpointer.close()
         db.dispose()
+
+
+def test_an_inline_commits_fsync_runs_off_the_loop_and_what_came_meanwhile_shares_the_next(tmp_path: Path) -> None:
+    """The loop runs a batch's statements; its COMMIT (SQLite's fsync, synchronous=FULL) runs in
+    the committer thread, and appends decided meanwhile go in the next transaction. Each caller
+    gets its own outcome, in order per session, only once the commit holding it returned."""
+    import threading
+
+    import sqlalchemy as sa
+
+    from duplex_es.store import WrongExpectedSeq
+
+    db = Database(f"sqlite:///{tmp_path / 'log.db'}")
+    upgrade(db)
+    commits: list[int] = []  # the thread of every COMMIT SQLite ran
+
+    @sa.event.listens_for(db.engine, "connect")
+    def _trace(dbapi_conn, _record) -> None:  # noqa: ANN001
+        dbapi_conn.set_trace_callback(lambda sql: commits.append(threading.get_ident()) if sql.strip().upper() == "COMMIT" else None)
+
+    db.engine.dispose()  # connections made from now on are traced
+    log = EventLog(db)
+    writer = GroupCommitWriter(log, inline=True)
+    sessions, per_session = 8, 25
+
+    async def client(sid: str) -> list[int]:
+        seqs = []
+        for i in range(per_session):
+            result = await writer.append_async(sid, [_text()], expected_seq=i)
+            seqs.append(result.records[0].seq)
+        return seqs
+
+    async def scenario() -> tuple[list[list[int]], BaseException, int]:
+        got = await asyncio.gather(*(client(f"s{n}") for n in range(sessions)))
+        try:
+            await writer.append_async("s0", [_text()], expected_seq=3)  # stale: refused alone
+        except WrongExpectedSeq as exc:
+            refused = exc
+        return got, refused, threading.get_ident()
+
+    try:
+        got, refused, loop_thread = asyncio.run(scenario())
+    finally:
+        writer.close()
+    assert got == [list(range(1, per_session + 1))] * sessions
+    assert isinstance(refused, WrongExpectedSeq)
+    assert writer.commands == sessions * per_session + 1 and writer.transactions < writer.commands
+    assert commits and loop_thread not in commits  # no fsync on the loop
+    for n in range(sessions):
+        assert [r.seq for r in log.read_session(f"s{n}")] == list(range(1, per_session + 1))
+    db.dispose()
