@@ -276,7 +276,15 @@ class GroupCommitWriter:
         self._committing_since = min(r.since for r in batch)
         if self._committer is None:
             self._committer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-commit")
-        done = loop.run_in_executor(self._committer, stack.close)
+        try:
+            done = loop.run_in_executor(self._committer, stack.close)
+        except RuntimeError:  # closed while this batch waited (shutting down): commit it here
+            done = loop.create_future()
+            try:
+                stack.close()
+                done.set_result(None)
+            except Exception as exc:
+                done.set_exception(exc)
         done.add_done_callback(lambda f: self._committed(loop, batch, outcomes, f))
 
     def _begin_inline(self, batch: list[_Request]) -> "tuple[contextlib.ExitStack, list] | list[tuple[_Request, object]]":

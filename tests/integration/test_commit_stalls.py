@@ -159,3 +159,26 @@ def test_an_inline_commits_fsync_runs_off_the_loop_and_what_came_meanwhile_share
     for n in range(sessions):
         assert [r.seq for r in log.read_session(f"s{n}")] == list(range(1, per_session + 1))
     db.dispose()
+
+
+def test_an_inline_append_queued_when_the_writer_closes_still_commits(tmp_path: Path) -> None:
+    """A server stopping closes its writer while the loop may still hold a batch: that batch
+    commits (on the loop, the committer being gone) and its caller gets its outcome; an append
+    after the close is refused."""
+    db = Database(f"sqlite:///{tmp_path / 'log.db'}")
+    upgrade(db)
+    log = EventLog(db)
+    writer = GroupCommitWriter(log, inline=True)
+
+    async def scenario() -> int:
+        await writer.append_async("s", [_text()], expected_seq=0)  # the committer thread exists
+        queued = asyncio.ensure_future(writer.append_async("s", [_text()], expected_seq=1))
+        await asyncio.sleep(0)  # it is queued, its flush scheduled after this coroutine's turn
+        writer.close()
+        with pytest.raises(RuntimeError):
+            await writer.append_async("s", [_text()], expected_seq=2)
+        return (await asyncio.wait_for(queued, 10)).records[0].seq
+
+    assert asyncio.run(scenario()) == 2
+    assert [r.seq for r in log.read_session("s")] == [1, 2]
+    db.dispose()
