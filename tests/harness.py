@@ -38,6 +38,7 @@ from duplex_es.domain import (
     fold,
 )
 from duplex_es.domain.world import Interact, ResetWorld, StartWorld
+from duplex_es.domain.kinds import kind_of
 from duplex_es.events import Control, ContentPart, Event, Mark, TickIssued, TickOutput, WorldChunk, WorldConfig
 
 _ids = itertools.count(1)
@@ -79,6 +80,9 @@ class Harness:
         return self.apply(decide(self.state, command))
 
     def pump(self) -> list[Event]:
+        # As the host does: no pump where the session's kind says nothing can follow.
+        if kind_of(self.state).pump_idle(self.state):
+            return []
         return self.run(Pump(request_ids=tuple(nid("req") for _ in range(4))))
 
     def live_tick(self, response_id: Optional[str] = None) -> TickIssued:

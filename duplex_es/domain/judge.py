@@ -142,6 +142,19 @@ def decide_pump(cmd: Pump, state: SessionState, *, fold: Fold) -> list[Event]:
     return events + (judged_turn_end(after, request_id, fold) or judge_due(after, request_id, cmd.now_ms))
 
 
+def pump_idle(state: SessionState) -> bool:
+    """Whether the pump (:func:`decide_pump`) would decide nothing whatever the time: an open
+    session with no response in progress or deferred, not full duplex and with no engine
+    judging the turn. The host skips the pump then (after most audio appends of a turn-based
+    session: issue 16, "no pump decision when nothing can follow"). ``False`` whenever the pump
+    might emit; ``tests/unit/test_domain.py`` checks it against :func:`decide_pump` on random
+    command sequences."""
+    cfg = state.config
+    if cfg is None or state.full_duplex or state.deferred_response is not None or engine_judges(cfg):
+        return False
+    return not any(r.active for r in state.responses.values())
+
+
 # ---------------------------------------------------------------------------------- evolvers
 
 

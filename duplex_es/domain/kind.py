@@ -89,6 +89,8 @@ class SessionKind:
         wakeup_ms: ``wakeup_ms(state) -> Unix ms | None``: when the host must pump the session
             without being asked (a realtime-paced world's next tick); ``None``: only on input
             and worker outputs.
+        pump_idle: ``pump_idle(state) -> bool``: ``True`` only when a ``Pump`` would decide
+            nothing at any time, so the host need not make one (default: never idle).
     """
 
     name: str
@@ -104,3 +106,4 @@ class SessionKind:
     judge: Callable[[Any, Any], Any]
     audit: Callable[[str, Sequence[tuple[int, Event]], Evolve], TickAudit]
     wakeup_ms: Callable[[Any], Optional[int]] = lambda state: None
+    pump_idle: Callable[[Any], bool] = lambda state: False

@@ -239,6 +239,10 @@ class SessionCore:
             return Expire(reason="idle_ttl_expired", now_ms=now, since_ms=last_activity_ms)
         return None
 
+    def pump_idle(self) -> bool:
+        """Whether a pump now would decide nothing (its kind says so): the host skips it."""
+        return kind_of(self.state).pump_idle(self.state)
+
     def wakeup_ms(self) -> Optional[int]:
         """When the session must be pumped unasked (Unix ms; its kind's clock), or ``None``."""
         return kind_of(self.state).wakeup_ms(self.state)

@@ -467,6 +467,9 @@ class SessionHost:
     async def _pump(self) -> None:
         # A worker output may let a response advance (next tick) or end (response.done).
         # One step may enable the next (a response ends, a deferred one starts): pump until quiet.
+        if self.core.pump_idle():  # nothing can follow (most audio appends): no ids, no decide
+            self._schedule_wakeup()
+            return
         try:
             for _ in range(4):
                 if not await self._execute(self.core.pump(), None):

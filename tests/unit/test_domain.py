@@ -24,9 +24,11 @@ from duplex_es.domain import (
     TruncateItem,
     UpdateSession,
     SessionPatch,
+    Pump,
     decide,
     history_transcript,
 )
+from duplex_es.domain.judge import pump_idle
 from duplex_es.events import AudioFormat, AudioSegment, CommandRejected, EpochAdvanced, Mark, ResponseDone, TickIssued
 
 from harness import Harness, append_cmd, nid
@@ -433,6 +435,9 @@ def test_any_command_sequence_keeps_the_invariants(script):
             evs = h.pump()
         if evs and isinstance(evs[0], CommandRejected):
             assert unchanged(before, h.state)
+        # A state the host skips the pump in (domain/judge.pump_idle) is one the pump decides nothing in.
+        if pump_idle(h.state):
+            assert decide(h.state, Pump(request_ids=("req_probe1", "req_probe2"), now_ms=10**13)) == []
         # Purity: deciding again on the same state gives the same events.
         assert decide(before, CancelResponse(event_id="probe")) == decide(before, CancelResponse(event_id="probe"))
         assert h.refold() == h.state

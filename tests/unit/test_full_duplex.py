@@ -48,7 +48,10 @@ class Duplex(Harness):
 
     def pump(self) -> list:
         from duplex_es.domain import Pump
+        from duplex_es.domain.judge import pump_idle
 
+        if pump_idle(self.state):  # as the host does: no pump where nothing can follow
+            return []
         return self.run(Pump(request_ids=tuple(nid("req") for _ in range(4)), now_ms=self.clock))
 
     def unit(self) -> UnitIssued:

@@ -176,4 +176,5 @@ SPEECH = SessionKind(
     audit=speech_audit.audit_speech,
     judge=judge,
     wakeup_ms=duplex.next_unit_due_ms,
+    pump_idle=turn_judge.pump_idle,
 )
