@@ -153,6 +153,7 @@ def unit_due(state: SessionState, request_id: Optional[str], *, epoch: Optional[
     assert cfg is not None
     period = cfg.chunk_period_ms * cfg.input_format.rate // 1000
     take = min(len(d.pending), MAX_UNIT_APPENDS)
+    quiet_ms = 0  # the quiet the unit adds to its audio
     if d.samples >= period or len(d.pending) >= MAX_UNIT_APPENDS:
         got, take = 0, 0
         while got < period and take < MAX_UNIT_APPENDS:
@@ -163,6 +164,10 @@ def unit_due(state: SessionState, request_id: Optional[str], *, epoch: Optional[
         wait = cfg.chunk_period_ms * (2 if d.pending else 1)
         if waited is None or waited < wait or not wants_silence(state):
             return []
+        # On the clock: a period of quiet, or what input waits short of a period and the quiet
+        # after it (the client stopped mid-period) — a whole period either way, so an engine
+        # sizing its output by the unit's length keeps ahead of real time (docs/duplex.md).
+        quiet_ms = cfg.chunk_period_ms - d.samples * 1000 // cfg.input_format.rate
     inputs = unit_inputs(state)
     if d.turn_request is not None and d.turn_request.instructions is not None:
         inputs = replace(inputs, instructions=d.turn_request.instructions)  # this turn's, from response.create
@@ -177,7 +182,7 @@ def unit_due(state: SessionState, request_id: Optional[str], *, epoch: Optional[
             response_id=d.response_id,
             engine_state=d.engine_state,
             inputs=inputs,
-            silence_ms=0 if d.pending or d.items or d.turn_request else cfg.chunk_period_ms,
+            silence_ms=quiet_ms,
             issued_at_ms=now_ms,
             items=tuple(history_entry(state.items[i]) for i in d.items if i in state.items),
             turn_requested=d.turn_request is not None,
@@ -448,7 +453,7 @@ def evolve_unit_issued(ev: UnitIssued, state: SessionState, seq: int) -> Session
         next_unit=ev.chunk_index + 1,
         turn_item_id=d.turn_item_id or "item_" + _suffix(ev.request_id),
         last_unit_ms=ev.issued_at_ms if ev.issued_at_ms is not None else d.last_unit_ms,
-        silent_units=d.silent_units + 1 if ev.silence_ms else 0,
+        silent_units=d.silent_units + 1 if ev.silence_ms and not ev.applied_event_ids else 0,  # no input heard
         unit_items=tuple(e.item_id for e in ev.items),
         unit_item_seqs=tuple(s for i, s in zip(d.items, d.item_seqs) if i in {e.item_id for e in ev.items}),
         items=(),  # all of them went (a deleted one is not read)

@@ -43,9 +43,10 @@ class UnitIssued(TickRequest):
     cancelled sees it gone. ``engine_state`` is what the previous committed output left
     (``None`` for the first unit); ``inputs`` the session's settings the engine reads (formats,
     voice, instructions, tools; no history: the engine keeps what it needs in its state).
-    ``silence_ms`` (a *silence unit*, with no audio) is quiet time the engine is to hear:
-    issued on the audio clock's pace when no input came while the engine is mid-turn
-    (docs/duplex.md, "Silence units"). ``issued_at_ms`` is the host's clock when it was issued
+    ``silence_ms`` is quiet time the engine is to hear after the unit's audio: a *silence
+    unit*'s whole period (no audio), issued on the clock when no input came while the engine is
+    mid-turn, or what completes a period after input that stopped short of one (docs/duplex.md,
+    "Silence units"). ``issued_at_ms`` is the host's clock when it was issued
     (Unix ms; ``None`` when none was given), which paces silence units.
     ``items`` are the conversation items the client created since the previous unit (a typed
     message, a ``function_call_output``), as the model reads them, in conversation order: each

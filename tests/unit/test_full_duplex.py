@@ -186,11 +186,14 @@ def test_silence_units_keep_a_model_mid_turn_going_on_the_clock_and_are_bounded(
     assert due is not None and h.run(Pump(request_ids=(nid("req"),), now_ms=due - 1)) == []  # not yet
     (silent,) = h.run(Pump(request_ids=(nid("req"),), now_ms=due))
     assert isinstance(silent, UnitIssued) and silent.applied_event_ids == () and silent.silence_ms == 200
-    # Real input waiting (under a period) goes in the next unit instead of silence.
+    # Real input waiting (under a period: the client stopped mid-period) goes in the next unit
+    # instead of silence, with the quiet after it: the unit spans a whole period, so an engine
+    # sizing its output by the unit's length does not fall behind real time.
     h.answer(audio=base64.b64encode(pcm(100)).decode(), text_delta=" there")
     h.run(AppendAudio(audio=base64.b64encode(pcm(60)).decode(), nbytes=len(pcm(60))))
     (flush,) = h.run(Pump(request_ids=(nid("req"),), now_ms=next_unit_due_ms(h.state)))
-    assert flush.applied_event_ids and flush.silence_ms == 0
+    assert flush.applied_event_ids and flush.silence_ms == 200 - 60
+    assert h.state.duplex.silent_units == 0  # input was heard: the silence bound starts again
     for _ in range(MAX_SILENCE_UNITS + 1):
         h.answer(audio=base64.b64encode(pcm(10)).decode(), text_delta=".")
         due = next_unit_due_ms(h.state)
