@@ -152,7 +152,7 @@ def pump_idle(state: SessionState) -> bool:
     cfg = state.config
     if cfg is None or state.full_duplex or state.deferred_response is not None or engine_judges(cfg):
         return False
-    return not any(r.active for r in state.responses.values())
+    return not state.live_responses()
 
 
 # ---------------------------------------------------------------------------------- evolvers

@@ -14,9 +14,6 @@ import pytest
 
 from duplex_es.server.alarm import Alarm
 
-uvloop = pytest.importorskip("uvloop", reason="uvicorn[standard] installs uvloop; without it the server runs on asyncio's loop only")
-
-
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -24,6 +21,8 @@ def now_ms() -> int:
 @pytest.fixture(params=["asyncio", "uvloop"])
 def run(request):
     if request.param == "uvloop":
+        # uvicorn[standard] (a dependency) installs it; without it the server runs on asyncio's loop only.
+        uvloop = pytest.importorskip("uvloop")
         return lambda main: uvloop.run(main())
     return lambda main: asyncio.run(main())
 
