@@ -54,8 +54,40 @@ def evolve(state: Any, seq: int, event: Event) -> Any:
 
 
 def fold(events: Iterable[tuple[int, Event]], state: Optional[Any] = None) -> Any:
-    """Fold ``(seq, event)`` pairs into a state, starting from ``state`` or an empty one."""
+    """Fold ``(seq, event)`` pairs into a state, starting from ``state`` or an empty one.
+
+    The same state as :func:`evolve` applied to each pair in turn. Runs of events of one class
+    the session's kind folds at once (:attr:`~duplex_es.domain.kind.SessionKind.run_evolvers`:
+    a speech session's audio appends) are applied in one step each.
+
+    Raises:
+        TypeError, IllegalTransition: as :func:`evolve`.
+    """
     s = state if state is not None else new_state()
+    run_type: Optional[type] = None
+    seqs: list[int] = []
+    run: list[Event] = []
     for seq, ev in events:
-        s = evolve(s, seq, ev)
-    return s
+        t = type(ev)
+        if run:
+            if t is run_type:
+                seqs.append(seq)
+                run.append(ev)
+                continue
+            s = _apply_run(s, seqs, run)
+            seqs, run = [], []
+        # Only once the session is open (its first event chose the kind); a run evolver never
+        # changes the status, so the run needs no transition check.
+        if s.status != "new" and t in kind_of(s).run_evolvers:
+            run_type = t
+            seqs.append(seq)
+            run.append(ev)
+        else:
+            s = evolve(s, seq, ev)
+    return _apply_run(s, seqs, run) if run else s
+
+
+def _apply_run(state: Any, seqs: list[int], run: list[Event]) -> Any:
+    if len(run) == 1:
+        return evolve(state, seqs[0], run[0])
+    return kind_of(state).run_evolvers[type(run[0])](state, seqs, run)

@@ -14,8 +14,9 @@ audio-clock ms. A commit, clear, cancel or turning VAD off ends any speech in pr
 
 from __future__ import annotations
 
-import base64
-from typing import Optional
+from typing import Optional, Sequence
+
+import pybase64
 
 from duplex_es.audio import decode_to_pcm16
 from duplex_es.domain.audio import ms_of, samples_of
@@ -26,7 +27,7 @@ from duplex_es.domain.limits import MAX_BUFFER_MS, MAX_INPUT_TEXT_CHARS, MIN_COM
 from duplex_es.domain.replace import copier, replace
 from duplex_es.domain.responses import cancel_events, retire_frozen, start_response
 from duplex_es.domain.rules import Fold, put_item, reject
-from duplex_es.domain.state import InputBuffer, Item, Response, SessionState
+from duplex_es.domain.state import DuplexState, InputBuffer, Item, Response, SessionState
 from duplex_es.domain.transcription import transcription_request
 from duplex_es.domain.vad import FRAME_MS, DetectorUnavailable, detect, stop_silence_ms
 from duplex_es.events import (
@@ -217,7 +218,7 @@ def _run_vad(cmd: AppendAudio, state: SessionState, buffer_start: int) -> tuple[
     cfg = state.config
     assert cfg is not None and cfg.turn_detection is not None
     td, fmt = cfg.turn_detection, cfg.input_format
-    pcm = decode_to_pcm16(base64.b64decode(cmd.audio), fmt.type)
+    pcm = decode_to_pcm16(pybase64.b64decode(cmd.audio), fmt.type)
     before = state.vad
     frame = max(1, fmt.rate * FRAME_MS // 1000)
     if before.frame_fill != state.input_clock % frame:  # VAD was off: re-align frames to the clock
@@ -381,6 +382,7 @@ def _buffered(state: SessionState) -> tuple[int, ...]:
 # ``seq`` in the one copy they make (else ``evolve`` makes a second one to set it).
 _copy_state = copier(SessionState)
 _copy_buffer = copier(InputBuffer)
+_copy_duplex = copier(DuplexState)
 
 
 def evolve_audio_appended(ev: AudioAppended, state: SessionState, seq: int) -> SessionState:
@@ -399,11 +401,52 @@ def evolve_audio_appended(ev: AudioAppended, state: SessionState, seq: int) -> S
     return _copy_state(state, buffer=buf, input_clock=state.input_clock + samples, vad=ev.vad or _NO_VAD, seq=seq)
 
 
+def evolve_audio_run(state: SessionState, seqs: Sequence[int], events: Sequence[AudioAppended]) -> SessionState:
+    """Appends logged one after the other (``events[i]`` at ``seqs[i]``, at least one), applied
+    at once: the state :func:`evolve_audio_appended` gives applied to each in turn, with each
+    growing tuple built once per run instead of once per append (a speech session is mostly
+    runs of hundreds of appends between commits; docs/performance.md, "The fold")."""
+    samples = [ev.samples for ev in events]
+    total = sum(samples)
+    segments = tuple(AudioSegment(seq=seq, offset=0, samples=n) for seq, n in zip(seqs, samples))
+    last = events[-1]
+    if state.full_duplex:  # as add_pending, per append
+        d = state.duplex
+        d = _copy_duplex(
+            d,
+            muted=d.muted + tuple(seqs) if d.drop_item is not None else d.muted,
+            pending=d.pending + tuple(seqs),
+            segments=d.segments + segments,
+            samples=d.samples + total,
+            pending_start=d.pending_start if d.pending else events[0].start_sample,
+        )
+        return _copy_state(state, duplex=d, input_clock=state.input_clock + total, vad=last.vad or _NO_VAD, seq=seqs[-1])
+    buf = state.buffer
+    buf = _copy_buffer(
+        buf,
+        segments=buf.segments + segments,
+        append_seqs=buf.append_seqs + tuple(seqs),
+        samples=buf.samples + total,
+        start_sample=buf.start_sample if buf.append_seqs or buf.text_seqs else events[0].start_sample,
+    )
+    return _copy_state(state, buffer=buf, input_clock=state.input_clock + total, vad=last.vad or _NO_VAD, seq=seqs[-1])
+
+
 def evolve_text_appended(ev: TextAppended, state: SessionState, seq: int) -> SessionState:
     buf = state.buffer
     start = buf.start_sample if not buf.empty else state.input_clock
     buf = _copy_buffer(buf, text_seqs=buf.text_seqs + (seq,), text=buf.text + ev.text, start_sample=start)
     return _copy_state(state, buffer=buf, seq=seq)
+
+
+def evolve_text_run(state: SessionState, seqs: Sequence[int], events: Sequence[TextAppended]) -> SessionState:
+    """Text appends logged one after the other, applied at once: the state
+    :func:`evolve_text_appended` gives applied to each in turn (the text joined once)."""
+    buf = state.buffer
+    start = buf.start_sample if not buf.empty else state.input_clock
+    text = buf.text + "".join(ev.text for ev in events)
+    buf = _copy_buffer(buf, text_seqs=buf.text_seqs + tuple(seqs), text=text, start_sample=start)
+    return _copy_state(state, buffer=buf, seq=seqs[-1])
 
 
 def evolve_speech_started(ev: SpeechStarted, state: SessionState, seq: int) -> SessionState:

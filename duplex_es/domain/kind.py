@@ -17,12 +17,15 @@ import attrs
 from duplex_es.errors import DuplexError
 from duplex_es.events import Event
 
-__all__ = ["SessionKind", "IllegalTransition", "Decider", "Evolver", "Evolve", "Violation", "TickAudit"]
+__all__ = ["SessionKind", "IllegalTransition", "Decider", "Evolver", "RunEvolver", "Evolve", "Violation", "TickAudit"]
 
 #: ``decider(command, state) -> events`` for one command class, against an open session.
 Decider = Callable[[Any, Any], list[Event]]
 #: ``evolver(event, state, seq) -> state`` for one event class.
 Evolver = Callable[[Any, Any, int], Any]
+#: ``run_evolver(state, seqs, events) -> state``: several events of one class, logged one after
+#: the other, applied at once; the same state as their evolver applied to each in turn.
+RunEvolver = Callable[[Any, Sequence[int], Sequence[Any]], Any]
 #: ``evolve(state, seq, event) -> state``: the whole reducer (what a kind's audit folds with).
 Evolve = Callable[[Any, int, Event], Any]
 
@@ -91,6 +94,11 @@ class SessionKind:
             and worker outputs.
         pump_idle: ``pump_idle(state) -> bool``: ``True`` only when a ``Pump`` would decide
             nothing at any time, so the host need not make one (default: never idle).
+        run_evolvers: event class → :data:`RunEvolver`, for the classes a session logs many
+            of in a row (a speech session's audio appends): :func:`~duplex_es.domain.fold`
+            applies such a run in one step. Only for classes whose evolver never changes the
+            session's status or kind; it must give exactly the state the evolver gives event
+            by event (a property test checks it).
     """
 
     name: str
@@ -107,3 +115,4 @@ class SessionKind:
     audit: Callable[[str, Sequence[tuple[int, Event]], Evolve], TickAudit]
     wakeup_ms: Callable[[Any], Optional[int]] = lambda state: None
     pump_idle: Callable[[Any], bool] = lambda state: False
+    run_evolvers: Mapping[type, RunEvolver] = attrs.field(factory=dict)

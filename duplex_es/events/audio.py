@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import base64
+import pybase64
 from typing import Iterable
 
 from duplex_es.events.base import Event
@@ -19,13 +19,15 @@ def audio_bytes(event: Event) -> bytes:
     model's speech, which its assistant items' segments point at) carry one base64 payload;
     ``conversation.item.created`` the ``input_audio`` parts of its content;
     ``response.created`` those of its inline ``input`` items, one after the other.
+    Decoded as the standard library's ``base64.b64decode`` does, by ``pybase64`` (SIMD, about a
+    quarter of the time: the inspector decodes every append of a session it draws).
     """
     if isinstance(event, (AudioAppended, TickOutput, UnitOutput)):
-        return base64.b64decode(event.audio) if event.audio else b""
+        return pybase64.b64decode(event.audio) if event.audio else b""
     if isinstance(event, ItemCreated):
-        return b"".join(base64.b64decode(p.audio) for p in event.content if p.audio)
+        return b"".join(pybase64.b64decode(p.audio) for p in event.content if p.audio)
     if isinstance(event, ResponseCreated) and event.input:
-        return b"".join(base64.b64decode(p.audio) for entry in event.input for p in entry.content if p.audio)
+        return b"".join(pybase64.b64decode(p.audio) for entry in event.input for p in entry.content if p.audio)
     return b""
 
 

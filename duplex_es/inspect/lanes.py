@@ -77,6 +77,32 @@ class Lane:
         if self._pending_n >= self.rate * _FOLD_AT_MS // 1000:
             self._fold()
 
+    def add_many(self, seqs: list[int], pieces: list[bytes]) -> None:
+        """Record ``pieces`` (the audio bytes logged at ``seqs``, in this lane's type) one after
+        the other at the lane's end, as :meth:`add` of each decoded would: one decode for all
+        of them."""
+        width = 2 if self.type == "audio/pcm" else 1
+        if width == 2 and any(len(p) & 1 for p in pieces):  # a piece's odd byte is dropped: one by one
+            for seq, p in zip(seqs, pieces):
+                self.add(seq, self.samples, decode_to_pcm16(p, self.type))
+            return
+        pcm = decode_to_pcm16(b"".join(pieces), self.type)
+        if not pcm.size:
+            return
+        at = self.samples
+        for seq, p in zip(seqs, pieces):
+            n = len(p) // width
+            if n:
+                self.seqs.append(seq)
+                self.starts.append(at)
+                self.counts.append(n)
+                at += n
+        self.samples = at
+        self._pending.append(pcm)
+        self._pending_n += int(pcm.size)
+        if self._pending_n >= self.rate * _FOLD_AT_MS // 1000:
+            self._fold()
+
     def _blocks(self, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(mins, maxs, rest)``: the peaks of ``samples``' whole buckets and what is left over."""
         whole = samples.size // self._bucket * self._bucket

@@ -19,7 +19,7 @@ import bisect
 from array import array
 from typing import Any, Optional
 
-from duplex_es.domain import evolve, new_state
+from duplex_es.domain import evolve, fold, new_state
 from duplex_es.events import (
     AudioAppended,
     CommandRejected,
@@ -65,6 +65,7 @@ from duplex_es.events import (
     WorldTickIssued,
     to_plain,
 )
+from duplex_es.events.audio import audio_bytes
 from duplex_es.inspect.lanes import Lane
 from duplex_es.replay import summarize, verdict_of
 from duplex_es.store import Recorded
@@ -156,13 +157,28 @@ class Timeline:
     def feed(self, records: list[Recorded]) -> None:
         """Fold ``records`` (the events after :attr:`head`, in seq order) into the timeline.
 
+        Runs of audio appends (most of a speech session) are taken a run at a time: one fold
+        step, one audio decode and one peaks update per run (docs/inspector.md, "Big sessions").
+
         Raises:
             ValueError: a record does not follow :attr:`head`.
         """
-        for r in records:
+        i, n = 0, len(records)
+        while i < n:
+            r = records[i]
             if r.seq != self.head + 1:
                 raise ValueError(f"session {self.session_id}: expected seq {self.head + 1}, got {r.seq}")
-            self._one(r)
+            if type(r.event) is not AudioAppended or self.t0_us is None:
+                self._one(r)
+                i += 1
+                continue
+            # The run: consecutive appends, ending at the next checkpoint's seq at the latest, so
+            # the state after that seq is kept.
+            j, stop = i + 1, min(n, i + 1 + (-r.seq) % CHECKPOINT_EVERY)
+            while j < stop and type(records[j].event) is AudioAppended and records[j].seq == records[j - 1].seq + 1:
+                j += 1
+            self._appends(records[i:j])
+            i = j
 
     def _one(self, r: Recorded) -> None:
         ev = r.event
@@ -196,6 +212,43 @@ class Timeline:
                 self.errors.append(self._error(r.seq, ev, verdict))
         if r.seq % CHECKPOINT_EVERY == 0:
             self.checkpoints.append((r.seq, self.state))
+
+    def _appends(self, run: list[Recorded]) -> None:
+        """A run of audio appends (consecutive seqs, none but the last at a checkpoint seq): what
+        :meth:`_one` does for each, a run at a time."""
+        seqs = [r.seq for r in run]
+        evs: list[AudioAppended] = [r.event for r in run]  # type: ignore[misc]
+        before = self.state
+        self.state = fold(zip(seqs, evs), before)
+        self.head = seqs[-1]
+        self.last_us = run[-1].recorded_at_us
+        t0 = self.t0_us or 0
+        self.wall_ms.extend([(r.recorded_at_us - t0) // 1000 for r in run])
+        rate = self._input_rate()
+        clock = before.input_clock
+        readings = []
+        for ev in evs:
+            clock += ev.samples
+            readings.append(clock * 1000 // rate)
+        self.audio_ms.extend(readings)
+        cfg = self.state.config
+        lane = self.lanes.get("user")
+        if lane is None:
+            lane = self.lanes["user"] = Lane("user", cfg.input_format.type, cfg.input_format.rate)
+        lane.add_many(seqs, [audio_bytes(ev) for ev in evs])
+        rate = lane.rate
+        spans = self.user_spans
+        last = spans[-1] if spans else None
+        for seq, ev in zip(seqs, evs):
+            self.append_start[seq] = ev.start_sample
+            start, end = ev.start_sample * 1000 // rate, (ev.start_sample + ev.samples) * 1000 // rate
+            if last is not None and last[1] == start:
+                last[1], last[3] = end, seq
+            else:
+                last = [start, end, seq, seq]
+                spans.append(last)
+        if self.head % CHECKPOINT_EVERY == 0:
+            self.checkpoints.append((self.head, self.state))
 
     def _error(self, seq: int, ev: Event, verdict: str) -> dict[str, Any]:
         return {"seq": seq, "type": ev.TYPE, "code": getattr(ev, "code", None), "verdict": verdict, "summary": summarize(ev)}

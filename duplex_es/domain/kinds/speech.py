@@ -177,4 +177,5 @@ SPEECH = SessionKind(
     judge=judge,
     wakeup_ms=duplex.next_unit_due_ms,
     pump_idle=turn_judge.pump_idle,
+    run_evolvers={AudioAppended: input.evolve_audio_run, TextAppended: input.evolve_text_run},
 )
