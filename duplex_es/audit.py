@@ -94,7 +94,7 @@ def _check_snapshots(log: EventLog, session_id: str, rows: list) -> tuple[int, l
     state = new_state()
     for r in rows:
         try:
-            state = evolve(state, r.seq, decode(r.type, r.version, r.data))
+            state = evolve(state, r.seq, decode(r.type, r.version, r.data, r.payload))
         except Exception:
             return 0, []  # the decode check already reports it
         snap = want.get(r.seq)
@@ -129,7 +129,7 @@ def _check_chain(rows: list, keys: Optional[KeyRing], keyed_since: Optional[int]
         prev, prev_position = r.hash, r.position
         if r.key_id is None:
             unkeyed += 1
-            if r.hash != event_hash(r.prev_hash, r.session_id, r.seq, r.type, r.version, r.data, r.recorded_at_us):
+            if r.hash != event_hash(r.prev_hash, r.session_id, r.seq, r.type, r.version, r.data, r.recorded_at_us, r.payload):
                 bad.append(Violation("chain", r.seq, "hash does not match the event's content (edited)"))
             if key_ids:
                 bad.append(Violation("chain", r.seq, f"unkeyed after events signed with chain key {next(iter(key_ids))} (downgraded to the public formula)"))
@@ -143,7 +143,7 @@ def _check_chain(rows: list, keys: Optional[KeyRing], keyed_since: Optional[int]
                 )
             continue
         key_ids.setdefault(r.key_id, None)
-        want = keys.sign(r.key_id, r.prev_hash, r.session_id, r.seq, r.type, r.version, r.data, r.recorded_at_us) if keys is not None else None
+        want = keys.sign(r.key_id, r.prev_hash, r.session_id, r.seq, r.type, r.version, r.data, r.recorded_at_us, r.payload) if keys is not None else None
         if want is None:
             if r.key_id not in unverifiable:  # once per key, not once per event
                 unverifiable.add(r.key_id)
@@ -163,7 +163,7 @@ def _audit_rows(session_id: str, rows: list, keys: Optional[KeyRing] = None, key
     events: list[tuple[int, Event]] = []
     for r in rows:
         try:
-            events.append((r.seq, decode(r.type, r.version, r.data)))
+            events.append((r.seq, decode(r.type, r.version, r.data, r.payload)))
         except Exception as exc:
             bad.append(Violation("decode", r.seq, str(exc)))
 

@@ -20,11 +20,13 @@ Several of these tests used to live in ``test_store.py``, ``test_log_concurrency
 
 from __future__ import annotations
 
+import base64
 import gc
 import threading
 import time
 from typing import Callable, Iterator
 
+import attrs
 import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
@@ -32,6 +34,7 @@ from alembic.runtime.migration import MigrationContext
 
 from duplex_es.audit import audit_session
 from duplex_es.events import (
+    AudioAppended,
     EpochAdvanced,
     SessionConfig,
     SessionOpened,
@@ -39,6 +42,7 @@ from duplex_es.events import (
     TickIssued,
     TickOutput,
     TranscriptionRequested,
+    encode,
 )
 from duplex_es.store import (
     ANY_SEQ,
@@ -58,6 +62,7 @@ from duplex_es.store import (
     upgrade,
 )
 from duplex_es.store.backend import Backend
+from duplex_es.store.chain import GENESIS, event_hash
 from duplex_es.store.log import BULK_ROWS
 from duplex_es.store.migrate import head_revision
 from duplex_es.store.schema import events as events_t
@@ -419,6 +424,77 @@ class StoreConformance:
         assert not report.ok
         assert any(v.check == "chain" for v in report.violations)
         assert any(expect in v.message for v in report.violations)
+
+    # ---------------------------------------------------------------------- audio as bytes
+
+    def test_audio_is_stored_as_its_bytes_and_read_back_as_it_was_logged(self, log: EventLog):
+        """An append's audio and an engine's audio output sit in the row's payload as bytes (the
+        JSON holds ``"audio": ""``); text that is not canonical base64 stays in the JSON. Every
+        read path gives back the logged events, and the audit passes (docs/performance.md,
+        "Audio as bytes")."""
+        pcm = bytes(range(256)) * 4  # 1024 bytes, every byte value
+        canonical = base64.b64encode(pcm).decode()
+        events = [
+            opened("s"),
+            AudioAppended(client_event_id="e1", audio=canonical, samples=512, start_sample=0),
+            AudioAppended(audio=canonical.rstrip("="), samples=1, start_sample=512),  # unpadded: not canonical
+            attrs.evolve(_output("req_1"), audio=base64.b64encode(pcm[:6]).decode()),
+            AudioAppended(audio="", samples=0, start_sample=513),
+        ]
+        log.append("s", events, expected_seq=0)
+        raw = log.read_raw("s")
+        assert [r.payload for r in raw] == [None, pcm, None, pcm[:6], None]
+        assert '"audio":""' in raw[1].data and canonical not in raw[1].data and canonical.rstrip("=") in raw[2].data
+        assert len(raw[1].data) < 120 and len(raw[3].data) < 400  # the bytes are not also in the JSON
+        assert [r.event for r in log.read_session("s")] == events
+        assert [r.event for r in log.read_seqs("s", [2, 4])] == [events[1], events[3]]
+        assert [r.event for r in log.tail(0)] == events
+        report = audit_session(log, "s")  # an output of a tick never issued: only the tick check objects
+        assert [v.check for v in report.violations] == ["outputs"], report.violations
+
+    def test_audit_detects_an_edited_payload(self, log: EventLog):
+        """The chain covers the payload: a byte cut from it breaks the event's hash."""
+        log.append("s", [opened("s"), AudioAppended(audio=base64.b64encode(b"\x01\x02" * 240).decode(), samples=240, start_sample=0)], expected_seq=0)
+        assert audit_session(log, "s").ok
+        self._without_triggers(log.db, "UPDATE events SET payload = substr(payload, 2) WHERE seq = 2")
+        report = audit_session(log, "s")
+        assert not report.ok and any(v.check == "chain" and v.seq == 2 and "edited" in v.message for v in report.violations)
+
+    def test_rows_written_before_the_payload_column_read_and_audit_as_before(self, log: EventLog):
+        """Rows from before migration 0005 hold their audio in the JSON, no payload, and a hash
+        over the JSON alone: read and audited as they always were."""
+        audio = base64.b64encode(b"\x05\x00" * 480).decode()
+        events = [opened("old"), AudioAppended(audio=audio, samples=480, start_sample=0)]
+        prev, rows = GENESIS, []
+        for seq, ev in enumerate(events, start=1):
+            type_, version, data = encode(ev)  # everything in the JSON, as then
+            digest = event_hash(prev, "old", seq, type_, version, data, 1_000_000 + seq)
+            rows.append(dict(session_id="old", seq=seq, type=type_, version=version, data=data, recorded_at_us=1_000_000 + seq, prev_hash=prev, hash=digest))
+            prev = digest
+        with log.db.write() as conn:
+            conn.execute(events_t.insert(), rows)
+        assert [r.payload for r in log.read_raw("old")] == [None, None]
+        assert [r.event for r in log.read_session("old")] == events
+        assert audit_session(log, "old").ok
+        log.append("old", [AudioAppended(audio=audio, samples=480, start_sample=480)], expected_seq=2)  # new rows go on the old chain
+        assert log.read_raw("old")[2].payload == b"\x05\x00" * 480 and audit_session(log, "old").ok
+
+    def test_a_downgrade_past_the_payload_column_refuses_while_audio_is_in_it(self, log: EventLog):
+        """Migration 0005's downgrade drops the column only when no row holds audio in it."""
+        from alembic import command
+
+        from duplex_es.store.migrate import _config
+
+        def downgrade() -> None:
+            cfg = _config(log.db)
+            with log.db.write() as conn:
+                cfg.attributes["connection"] = conn
+                command.downgrade(cfg, "0004")
+
+        log.append("s", [opened("s"), AudioAppended(audio="AAAA", samples=1, start_sample=0)], expected_seq=0)
+        with pytest.raises(RuntimeError, match="payload"):
+            downgrade()
+        assert log.read_raw("s")[1].payload == b"\x00\x00\x00"  # nothing was dropped
 
     # ----------------------------------------------------------------------------------- reads
 

@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 
 import cattrs
 import msgspec
+import pybase64
 
 from duplex_es.errors import DuplexError
 from duplex_es.events.base import Event, event_class
@@ -31,6 +32,8 @@ __all__ = [
     "converter",
     "encode",
     "encode_data",
+    "encode_row",
+    "PAYLOAD_AUDIO",
     "decode",
     "decode_data",
     "parse_json",
@@ -93,8 +96,37 @@ def encode_data(ev: Event) -> str:
 
 
 def encode(ev: Event) -> tuple[str, int, str]:
-    """Encode an event as ``(type, version, canonical JSON data)``."""
+    """Encode an event as ``(type, version, canonical JSON data)``, everything in the JSON (what
+    exports and the recorded corpus hold; the log stores :func:`encode_row`)."""
     return ev.TYPE, ev.VERSION, encode_data(ev)
+
+
+#: Event classes whose ``audio`` (base64 text in memory and on the wire) the log stores as its
+#: bytes in the row's ``payload`` column, with ``"audio": ""`` in the JSON: the appends, and
+#: the engines' audio outputs (docs/performance.md, "Audio as bytes").
+PAYLOAD_AUDIO: frozenset[type] = frozenset({_catalogue.AudioAppended, _catalogue.TickOutput, _duplex.UnitOutput})
+
+
+def encode_row(ev: Event) -> tuple[str, int, str, Optional[bytes]]:
+    """Encode an event as the log stores it: ``(type, version, canonical JSON data, payload)``.
+
+    For a class in :data:`PAYLOAD_AUDIO` with audio that is canonical base64 (padded, standard
+    alphabet, nothing else: what the inbound check admits and every encoder writes), the
+    payload is the audio's bytes and the JSON holds ``"audio": ""``. Anything else — no audio,
+    or text that does not round-trip exactly — is stored whole in the JSON with no payload
+    (``None``), so :func:`decode` always gives back the event that was encoded.
+    """
+    if type(ev) in PAYLOAD_AUDIO and ev.audio:  # type: ignore[attr-defined]
+        text: str = ev.audio  # type: ignore[attr-defined]
+        try:
+            raw = pybase64.b64decode(text, validate=True)
+        except ValueError:  # binascii.Error included; non-ASCII text too
+            raw = None
+        if raw is not None and pybase64.b64encode_as_string(raw) == text:
+            plain = converter.unstructure(ev)
+            plain["audio"] = ""
+            return ev.TYPE, ev.VERSION, _dumps(plain), raw
+    return ev.TYPE, ev.VERSION, encode_data(ev), None
 
 
 #: Each event class's cattrs structure hook, looked up on its first decode: ``converter.structure``
@@ -170,8 +202,10 @@ def _typed(cls: type) -> Optional[msgspec.json.Decoder]:
     return dec
 
 
-def decode(type_name: str, version: int, data: str) -> Event:
-    """Decode an event from its stored ``(type, version, JSON text)``; see :func:`decode_data`.
+def decode(type_name: str, version: int, data: str, payload: Optional[bytes] = None) -> Event:
+    """Decode an event from its stored ``(type, version, JSON text, payload)``; see
+    :func:`decode_data` and :func:`encode_row` (a row without payload, as every row written
+    before the payload column, holds its audio in the JSON).
 
     Text of the current version is decoded straight into the class by ``msgspec`` (parse and
     build in one pass, several times faster than parsing then structuring with cattrs). That
@@ -182,6 +216,16 @@ def decode(type_name: str, version: int, data: str) -> Event:
     and its errors. ``tests/unit/test_read_decode.py`` checks both paths agree on every event
     of the recorded corpus and of random sessions.
     """
+    ev = _decode_json(type_name, version, data)
+    if payload is not None:
+        if type(ev) not in PAYLOAD_AUDIO or ev.audio:  # type: ignore[attr-defined]
+            raise EventDecodeError(type_name, version, "bad_data", "(a payload, but this event keeps no audio in one)")
+        # The object was built just now and is not shared: its audio is filled in place.
+        object.__setattr__(ev, "audio", pybase64.b64encode_as_string(payload))
+    return ev
+
+
+def _decode_json(type_name: str, version: int, data: str) -> Event:
     cls = event_class(type_name)
     if cls is not None and version == cls.VERSION:
         typed = _typed(cls)

@@ -49,15 +49,23 @@ class ChainKeyError(LogError):
     """A chain key file is missing, unreadable or malformed (the message names the file and line)."""
 
 
-def event_hash(prev_hash: str, session_id: str, seq: int, type_: str, version: int, data: str, recorded_at_us: int) -> str:
+def event_hash(
+    prev_hash: str, session_id: str, seq: int, type_: str, version: int, data: str, recorded_at_us: int, payload: Optional[bytes] = None
+) -> str:
     """SHA-256 (hex) of one event chained to ``prev_hash``: the unkeyed chain.
 
     The fields are joined with a separator that cannot occur in the first five (ids, integers
-    and wire names have no NUL), so two different events never produce the same input.
+    and wire names have no NUL), so two different events never produce the same input. A row's
+    ``payload`` (its audio as bytes, :func:`duplex_es.events.codec.encode_row`) follows the
+    JSON after a NUL, which JSON text never holds (control characters are escaped); a row
+    without one hashes as every row did before the payload column.
     """
     h = hashlib.sha256()
     h.update(f"{prev_hash}\0{session_id}\0{seq}\0{type_}\0{version}\0{recorded_at_us}\0".encode())
     h.update(data.encode())
+    if payload is not None:
+        h.update(b"\0")
+        h.update(payload)
     return h.hexdigest()
 
 
@@ -86,17 +94,29 @@ class KeyRing:
         return {kid: hmac.new(key, digestmod="sha256") for kid, key in self.keys.items()}
 
     def sign(
-        self, key_id: str, prev_hash: str, session_id: str, seq: int, type_: str, version: int, data: str, recorded_at_us: int
+        self,
+        key_id: str,
+        prev_hash: str,
+        session_id: str,
+        seq: int,
+        type_: str,
+        version: int,
+        data: str,
+        recorded_at_us: int,
+        payload: Optional[bytes] = None,
     ) -> Optional[str]:
         """The stored hash of a keyed event: HMAC-SHA256 (hex, 64 chars) under key ``key_id``
-        of the key id and the fields :func:`event_hash` covers; ``None`` if this ring does not
-        hold that key."""
+        of the key id and the fields :func:`event_hash` covers (the payload as there);
+        ``None`` if this ring does not hold that key."""
         start = self._macs.get(key_id)
         if start is None:
             return None
         h = start.copy()
         h.update(f"{key_id}\0{prev_hash}\0{session_id}\0{seq}\0{type_}\0{version}\0{recorded_at_us}\0".encode())
         h.update(data.encode())
+        if payload is not None:
+            h.update(b"\0")
+            h.update(payload)
         return h.hexdigest()
 
     @property

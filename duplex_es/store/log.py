@@ -18,7 +18,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from duplex_es.errors import LogError
-from duplex_es.events import Event, TickCanceller, TickRequest, decode, encode
+from duplex_es.events import Event, TickCanceller, TickRequest, decode
+from duplex_es.events.codec import encode_row
 from duplex_es.store.chain import GENESIS, KeyRing, event_hash
 from duplex_es.store.appendsql import AppendSql
 from duplex_es.store.database import Database, driver_connection
@@ -69,6 +70,7 @@ class RawRecord:
     prev_hash: str
     hash: str
     key_id: Optional[str] = None  # the chain key whose HMAC ``hash`` is; None: unkeyed
+    payload: Optional[bytes] = None  # the audio as bytes (duplex_es.events.codec.encode_row); None: all in ``data``
 
 
 @attrs.frozen
@@ -146,15 +148,22 @@ _COLUMNS = (
     events_t.c.prev_hash,
     events_t.c.hash,
     events_t.c.key_id,
+    events_t.c.payload,
 )
 
 
 #: A session's rows in seq order, for the driver (``?`` placeholders; the backend turns them into
 #: its driver's): the columns of :data:`_COLUMNS`, in their order.
 _RANGE_SQL = (
-    "SELECT position, session_id, seq, type, version, data, recorded_at_us, prev_hash, hash, key_id "
+    "SELECT position, session_id, seq, type, version, data, recorded_at_us, prev_hash, hash, key_id, payload "
     "FROM events WHERE session_id = ? AND seq > ?"
 )
+
+#: The same rows with only what a decoded read keeps (:class:`Recorded`): the session id is the
+#: one asked for, and ``prev_hash`` and ``key_id`` only the audit reads. One string fewer per
+#: column left out: a fifth of a one-hour session's select (docs/performance.md, "Audio as
+#: bytes").
+_DECODE_SQL = "SELECT position, seq, type, version, data, recorded_at_us, hash, payload FROM events WHERE session_id = ? AND seq > ?"
 
 #: Reads of at least this many rows decode with the cyclic garbage collector paused
 #: (:mod:`duplex_es.store.gcpause`): rebuilds, audits, the inspector's pages of 5000 events —
@@ -173,9 +182,9 @@ def _decode_row(row: Sequence[Any]) -> Recorded:
     Raises:
         StoredEventError: the event cannot be decoded.
     """
-    position, session_id, seq, type_, version, data, recorded_at_us, _prev_hash, hash_, _key_id = row
+    position, session_id, seq, type_, version, data, recorded_at_us, _prev_hash, hash_, _key_id, payload = row
     try:
-        ev = decode(type_, version, data)
+        ev = decode(type_, version, data, payload)
     except Exception as exc:
         raise StoredEventError(position, session_id, seq, exc) from exc
     return Recorded(position, session_id, seq, ev, recorded_at_us, hash_)
@@ -183,7 +192,7 @@ def _decode_row(row: Sequence[Any]) -> Recorded:
 
 def _decode(raw: RawRecord) -> Recorded:
     try:
-        ev = decode(raw.type, raw.version, raw.data)
+        ev = decode(raw.type, raw.version, raw.data, raw.payload)
     except Exception as exc:
         raise StoredEventError(raw.position, raw.session_id, raw.seq, exc) from exc
     return Recorded(raw.position, raw.session_id, raw.seq, ev, raw.recorded_at_us, raw.hash)
@@ -313,12 +322,12 @@ class EventLog:
                 continue
             first_row = len(rows)
             for ev in r.events:
-                type_, version, data = encode(ev)
+                type_, version, data, payload = encode_row(ev)
                 head_seq += 1
                 if keys is None:
-                    digest = event_hash(prev_hash, r.session_id, head_seq, type_, version, data, now)
+                    digest = event_hash(prev_hash, r.session_id, head_seq, type_, version, data, now, payload)
                 else:  # the signing key is in the ring by construction
-                    digest = keys.sign(key_id, prev_hash, r.session_id, head_seq, type_, version, data, now)  # type: ignore[arg-type,assignment]
+                    digest = keys.sign(key_id, prev_hash, r.session_id, head_seq, type_, version, data, now, payload)  # type: ignore[arg-type,assignment]
                 rows.append(
                     {
                         "session_id": r.session_id,
@@ -330,6 +339,7 @@ class EventLog:
                         "prev_hash": prev_hash,
                         "hash": digest,
                         "key_id": key_id,
+                        "payload": payload,
                         "_event": ev,
                     }
                 )
@@ -342,7 +352,7 @@ class EventLog:
                     {"session_id": r.session_id, "key": r.idempotency_key, "first_seq": rows[first_row]["seq"], "last_seq": head_seq}
                 )
         if rows:
-            columns = ("session_id", "seq", "type", "version", "data", "recorded_at_us", "prev_hash", "hash", "key_id")
+            columns = ("session_id", "seq", "type", "version", "data", "recorded_at_us", "prev_hash", "hash", "key_id", "payload")
             positions = sql.insert_events(raw, [tuple(row[c] for c in columns) for row in rows])
             if new_keys:
                 sql.insert_keys(raw, [(k["session_id"], k["key"], k["first_seq"], k["last_seq"]) for k in new_keys])
@@ -387,13 +397,13 @@ class EventLog:
 
     # ----------------------------------------------------------------------------------- reads
 
-    def _range_rows(self, conn: Connection, session_id: str, after_seq: int, up_to_seq: int | None) -> list[tuple]:
+    def _range_rows(self, conn: Connection, session_id: str, after_seq: int, up_to_seq: int | None, sql: str = _RANGE_SQL) -> list[tuple]:
         """The session's stored rows with ``after_seq < seq <= up_to_seq`` as the driver's
-        tuples (:data:`_COLUMNS`' order), in seq order.
+        tuples (:data:`_COLUMNS`' order, or :data:`_DECODE_SQL`'s), in seq order.
 
         Fetched in one ``fetchall`` on the driver's own cursor: SQLAlchemy's per-row result
         processing cost as much as the select (docs/performance.md, "Read path")."""
-        sql, params = _RANGE_SQL, [session_id, after_seq]
+        params = [session_id, after_seq]
         if up_to_seq is not None:
             sql += " AND seq <= ?"
             params.append(up_to_seq)
@@ -411,11 +421,15 @@ class EventLog:
             StoredEventError: an event cannot be decoded (unknown type, future version, bad data).
         """
         with self.db.read() as conn:
-            rows = self._range_rows(conn, session_id, after_seq, up_to_seq)
+            rows = self._range_rows(conn, session_id, after_seq, up_to_seq, _DECODE_SQL)
         out: list[Recorded] = []
         with collector_paused(len(rows) >= BULK_ROWS):
-            for i, row in enumerate(rows):
-                out.append(_decode_row(row))
+            for i, (position, seq, type_, version, data, recorded_at_us, hash_, payload) in enumerate(rows):
+                try:
+                    ev = decode(type_, version, data, payload)
+                except Exception as exc:
+                    raise StoredEventError(position, session_id, seq, exc) from exc
+                out.append(Recorded(position, session_id, seq, ev, recorded_at_us, hash_))
                 rows[i] = None  # type: ignore[call-overload]  # decoded: free its text now, not with the list
         return out
 

@@ -17,7 +17,9 @@ Position = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 #: The immutable log. ``position`` is the global order, ``seq`` the gapless per-session order;
 #: ``hash`` chains each event to the previous event of its session; ``key_id`` names the chain
-#: key whose HMAC ``hash`` is (NULL: the unkeyed chain; duplex_es.store.chain).
+#: key whose HMAC ``hash`` is (NULL: the unkeyed chain; duplex_es.store.chain); ``payload`` holds
+#: the audio of appends and engine outputs as bytes (NULL: everything is in ``data``;
+#: duplex_es.events.codec.encode_row).
 events = sa.Table(
     "events",
     metadata,
@@ -31,6 +33,7 @@ events = sa.Table(
     sa.Column("prev_hash", sa.String(64), nullable=False),
     sa.Column("hash", sa.String(64), nullable=False),
     sa.Column("key_id", sa.String(16), nullable=True),
+    sa.Column("payload", sa.LargeBinary(), nullable=True),
     sa.UniqueConstraint("session_id", "seq", name="uq_events_session_seq"),
     sqlite_autoincrement=True,
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import typing
 
@@ -11,15 +12,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from duplex_es.events import (
+    AudioAppended,
     EventDecodeError,
+    HeartbeatReceived,
     Mark,
+    TextAppended,
     TickOutput,
+    UnitOutput,
     decode,
     encode,
     register_upcaster,
     registry,
 )
 from duplex_es.events import codec
+from duplex_es.events.codec import encode_row
 
 TYPES = sorted(registry().items())
 
@@ -118,3 +124,45 @@ def test_a_config_stored_before_acknowledge_appends_existed_decodes_with_it_off(
     assert isinstance(opened, SessionOpened) and isinstance(updated, SessionUpdated)
     assert opened.config.acknowledge_appends is False and updated.config.acknowledge_appends is False
     assert (SessionOpened.VERSION, SessionUpdated.VERSION) == (1, 1)
+
+
+# ------------------------------------------------------------------------ audio as bytes (row)
+
+_AUDIO_TEXT = st.one_of(
+    st.binary(max_size=64).map(lambda b: base64.b64encode(b).decode()),  # canonical
+    st.binary(min_size=1, max_size=64).map(lambda b: base64.b64encode(b).decode().rstrip("=")),  # unpadded
+    st.binary(min_size=1, max_size=64).map(lambda b: base64.encodebytes(b).decode()),  # with line breaks
+    st.text(max_size=40),  # anything at all
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(audio=_AUDIO_TEXT, cls=st.sampled_from(["append", "tick_output", "unit_output"]))
+def test_an_event_with_audio_round_trips_through_the_stored_row_whatever_its_audio_text(audio, cls):
+    """``encode_row`` moves canonical base64 into the payload as bytes and leaves any other text
+    in the JSON; ``decode`` of the row gives back the event exactly."""
+    ev = {
+        "append": lambda: AudioAppended(audio=audio, samples=3, start_sample=7),
+        "tick_output": lambda: TickOutput(session_id="s", request_id="r", response_id="p", epoch=0, chunk_index=1, audio=audio),
+        "unit_output": lambda: UnitOutput(session_id="s", request_id="r", epoch=0, chunk_index=2, audio=audio),
+    }[cls]()
+    type_, version, data, payload = encode_row(ev)
+    assert decode(type_, version, data, payload) == ev
+    if payload is not None:
+        assert base64.b64encode(payload).decode() == audio and json.loads(data)["audio"] == ""
+    else:
+        assert (type_, version, data) == encode(ev)
+
+
+def test_events_without_audio_in_a_payload_are_stored_as_before():
+    for ev in (TextAppended(text="hi"), HeartbeatReceived()):
+        assert encode_row(ev) == (*encode(ev), None)
+
+
+def test_a_payload_on_an_event_that_keeps_none_or_beside_audio_in_the_json_is_bad_data():
+    with pytest.raises(EventDecodeError) as err:
+        decode("input.text.appended", 1, encode(TextAppended(text="hi"))[2], b"\x00")
+    assert err.value.reason == "bad_data"
+    with pytest.raises(EventDecodeError) as err:
+        decode(*encode(AudioAppended(audio="AAAA", samples=2, start_sample=0)), b"\x00\x00\x00")
+    assert err.value.reason == "bad_data"
