@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 import urllib.request
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from duplex_es.store import Database, upgrade
 from duplex_es_tools.processes import Proc, free_port, start_server, start_worker, wait_healthy
@@ -42,3 +43,14 @@ def session_state(port: int, session_id: str) -> dict:
     """``GET /v1/sessions/{id}``."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/sessions/{session_id}", timeout=10) as r:
         return json.loads(r.read())
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll ``pred`` until it returns something true (returned), or fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -25,6 +25,7 @@ from duplex_es.cli.arguments import CliError, non_negative_int, port, positive_i
 from duplex_es.cli.discovery import add_tool_commands
 from duplex_es.errors import DuplexError
 from duplex_es.store import Database, EventLog, KeyRing, upgrade
+from duplex_es.store.database import resolve_url
 
 if TYPE_CHECKING:
     from duplex_es.server.principals import Keyring
@@ -107,7 +108,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     keys = _chain_keys(args)
     keyring = _keyring(args)
+    if args.workers > 1 and sa.engine.make_url(resolve_url(args.db)).get_backend_name() == "sqlite":
+        # Measured (docs/scaling.md): SQLite takes one writer at a time, so the processes wait
+        # on each other's commits, and the append p99 got worse, not better.
+        raise CliError(
+            f"--workers {args.workers}: several server processes on one SQLite file write one at a time and wait on "
+            "each other's commits (slower than one process: docs/scaling.md, \"Several processes on one port\"); "
+            "use PostgreSQL (--db postgresql+psycopg://...) for --workers, or one process"
+        )
     _open_db(args).dispose()  # migrate without a bound: a migration may run long
+    server_id = args.server_id or f"{socket.gethostname()}:{args.port}"
+    if args.workers > 1 and args.listen_fd is None:
+        from duplex_es.cli.workers import listen_socket, supervise
+
+        # The options were checked and the schema migrated once, here; each child serves on
+        # the socket bound here (duplex_es/cli/workers.py, docs/scaling.md).
+        return supervise(args.argv, listen_socket(args.host, args.port), server_id, args.workers)
     db = Database(args.db, synchronous=args.sqlite_synchronous, write_timeout_ms=args.commit_timeout_ms)
     app = create_app(
         db,
@@ -119,7 +135,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         disconnect_grace_ms=args.disconnect_grace_ms,
         reaper_interval_ms=args.reaper_interval_ms,
         snapshot_every=args.snapshot_every,
-        server_id=args.server_id or f"{socket.gethostname()}:{args.port}",
+        server_id=server_id,
         owner_ttl_ms=args.owner_ttl_ms,
         group_commit_window_ms=args.group_commit_window_ms,
         models=models,
@@ -132,7 +148,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # (docs/performance.md, "The append path").
     gc.collect()
     gc.freeze()
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=args.host,
         port=args.port,
@@ -144,6 +160,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ws_max_size=2 * MAX_FRAME_BYTES,
         log_level=args.log_level.lower(),
     )
+    # A child of `serve --workers N` accepts on the socket its parent bound.
+    sockets = [socket.socket(fileno=args.listen_fd)] if args.listen_fd is not None else None
+    uvicorn.Server(config).run(sockets=sockets)
     return 0
 
 
@@ -594,6 +613,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="close a connection that has not sent a complete HTTP request head (the WebSocket upgrade) within "
         "this (ms, default 10 s): a client trickling half a request cannot hold a connection",
     )
+    p.add_argument(
+        "--workers", type=positive_int, default=1, metavar="N",
+        help="server processes on this port, one PostgreSQL database (default 1; refused on SQLite): one per core "
+        "the machine can give; each is named SERVER_ID#i, and a session lives in the one that opened it "
+        "(docs/scaling.md, \"Several processes on one port\")",
+    )
+    p.add_argument("--listen-fd", type=non_negative_int, default=None, help=argparse.SUPPRESS)  # a --workers child's socket
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("worker", parents=[common, chain_key], help="run a worker: claim ticks, run the engine, append outputs")
@@ -698,6 +724,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # parse_args, except that a command that cannot run (its extra is not installed) takes any
     # arguments, to answer with what to install instead of an error about an option it never got.
     args, unknown = parser.parse_known_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # `serve --workers` passes it on to its children
     if unknown and not getattr(args, "unavailable", False):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -22,17 +21,7 @@ from duplex_es.worker.speech.engine import CascadeSpeechEngine
 from duplex_es_tools.conversation import speak_and_listen
 from duplex_es_tools.processes import start_worker
 
-from servers import running
-
-
-def _wait_for(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+from servers import running, wait_for as _wait_for
 
 
 @pytest.mark.slow
