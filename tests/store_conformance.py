@@ -460,6 +460,22 @@ class StoreConformance:
         report = audit_session(log, "s")
         assert not report.ok and any(v.check == "chain" and v.seq == 2 and "edited" in v.message for v in report.violations)
 
+    @pytest.mark.parametrize("edit", ["bytes", "number"])
+    def test_a_payload_edited_into_another_type_is_named_by_the_audit_not_a_crash(self, log: EventLog, edit: str):
+        """SQLite keeps whatever type a statement writes: ``X'ff' || ...`` is TEXT that is not
+        UTF-8 (which made the fetch itself fail, found by a break-it run), ``7`` an integer. The
+        audit reads them as bytes and names the row."""
+        log.append("s", [opened("s"), AudioAppended(audio=base64.b64encode(b"\x01\x02" * 240).decode(), samples=240, start_sample=0)], expected_seq=0)
+        sqlite = log.db.backend.name == "sqlite"
+        value = {
+            "bytes": "X'ff' || substr(payload, 2)" if sqlite else "'\\xff'::bytea || substring(payload from 2)",
+            "number": "7" if sqlite else "'\\x37'::bytea",
+        }[edit]
+        self._without_triggers(log.db, f"UPDATE events SET payload = {value} WHERE seq = 2")
+        report = audit_session(log, "s")
+        assert not report.ok and any(v.check == "chain" and v.seq == 2 for v in report.violations), report.violations
+        assert len(log.read_session("s")) == 2  # replay reads it (as whatever bytes it now holds)
+
     def test_rows_written_before_the_payload_column_read_and_audit_as_before(self, log: EventLog):
         """Rows from before migration 0005 hold their audio in the JSON, no payload, and a hash
         over the JSON alone: read and audited as they always were."""

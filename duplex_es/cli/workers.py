@@ -10,7 +10,8 @@ same options and that socket passed down by file descriptor (``--listen-fd``); e
 accepts on it, so a connection queued while a child restarts waits for the others instead of
 being refused. Child ``i`` is named ``<server id>#<i>`` (the server id defaults to
 ``HOST:PORT``), the same name after a restart, so a restarted child takes its own sessions up
-at once and fences out what its former process had in flight. The parent restarts a child that
+at once and fences out what its former process had in flight. A child stops when the parent
+dies, however it dies. The parent restarts a child that
 exits (after a pause that doubles on quick successive failures, up to :data:`MAX_RESTART_DELAY_S`)
 and, on SIGTERM or SIGINT, passes the signal on and waits for the children to close their
 sessions' connections, then exits.
@@ -77,6 +78,20 @@ def child_argv(argv: Sequence[str], fd: int, server_id: str) -> list[str]:
     return [sys.executable, "-m", "duplex_es.cli.main", *out, "--listen-fd", str(fd), "--server-id", server_id]
 
 
+def _die_with_parent() -> None:
+    """In the child before it runs: SIGTERM when the parent dies, even by SIGKILL (Linux's
+    ``PR_SET_PDEATHSIG``), so no child goes on serving the port without a supervisor. (A
+    break-it run found children left running after ``kill -9`` of the parent.) Elsewhere a
+    no-op."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
 class _Child:
     def __init__(self, index: int, argv: list[str], fd: int) -> None:
         self.index, self.argv, self.fd = index, argv, fd
@@ -86,7 +101,7 @@ class _Child:
         self.due = 0.0  # when to start it again (monotonic s), after a failure
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(self.argv, pass_fds=(self.fd,))
+        self.proc = subprocess.Popen(self.argv, pass_fds=(self.fd,), preexec_fn=_die_with_parent)
         self.started = time.monotonic()
         log.info("serve worker %d started (pid %d)", self.index, self.proc.pid)
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-import pybase64
-
 from duplex_es.audio import decode_to_pcm16
 from duplex_es.domain.audio import ms_of, samples_of
 from duplex_es.domain.commands import AppendAudio, AppendText, CancelInput, ClearInput, Commit, CreateResponse, VadIds
@@ -30,6 +28,7 @@ from duplex_es.domain.rules import Fold, put_item, reject
 from duplex_es.domain.state import DuplexState, InputBuffer, Item, Response, SessionState
 from duplex_es.domain.transcription import transcription_request
 from duplex_es.domain.vad import FRAME_MS, DetectorUnavailable, detect, stop_silence_ms
+from duplex_es.events.audio import audio_of
 from duplex_es.events import (
     AudioAppended,
     CommandRejected,
@@ -218,7 +217,7 @@ def _run_vad(cmd: AppendAudio, state: SessionState, buffer_start: int) -> tuple[
     cfg = state.config
     assert cfg is not None and cfg.turn_detection is not None
     td, fmt = cfg.turn_detection, cfg.input_format
-    pcm = decode_to_pcm16(pybase64.b64decode(cmd.audio), fmt.type)
+    pcm = decode_to_pcm16(audio_of(cmd.audio), fmt.type)
     before = state.vad
     frame = max(1, fmt.rate * FRAME_MS // 1000)
     if before.frame_fill != state.input_clock % frame:  # VAD was off: re-align frames to the clock

@@ -213,6 +213,11 @@ class EventLog:
         self.db = db
         self.keys = keys
         self._sql = AppendSql(db.backend)
+        # SQLite lets any column hold any type: a payload edited into TEXT (an attack, or a
+        # careless fix) would make sqlite3 fail the whole fetch ("Could not decode to UTF-8"),
+        # so the raw reads take it as bytes, and the chain check names the edited row.
+        blob = "CAST(payload AS BLOB)" if db.backend.name == "sqlite" else "payload"
+        self._range_sql, self._decode_sql = (q.replace(" payload FROM", f" {blob} FROM") for q in (_RANGE_SQL, _DECODE_SQL))
 
     # ---------------------------------------------------------------------------------- writes
 
@@ -397,12 +402,13 @@ class EventLog:
 
     # ----------------------------------------------------------------------------------- reads
 
-    def _range_rows(self, conn: Connection, session_id: str, after_seq: int, up_to_seq: int | None, sql: str = _RANGE_SQL) -> list[tuple]:
+    def _range_rows(self, conn: Connection, session_id: str, after_seq: int, up_to_seq: int | None, sql: Optional[str] = None) -> list[tuple]:
         """The session's stored rows with ``after_seq < seq <= up_to_seq`` as the driver's
         tuples (:data:`_COLUMNS`' order, or :data:`_DECODE_SQL`'s), in seq order.
 
         Fetched in one ``fetchall`` on the driver's own cursor: SQLAlchemy's per-row result
         processing cost as much as the select (docs/performance.md, "Read path")."""
+        sql = sql or self._range_sql
         params = [session_id, after_seq]
         if up_to_seq is not None:
             sql += " AND seq <= ?"
@@ -421,7 +427,7 @@ class EventLog:
             StoredEventError: an event cannot be decoded (unknown type, future version, bad data).
         """
         with self.db.read() as conn:
-            rows = self._range_rows(conn, session_id, after_seq, up_to_seq, _DECODE_SQL)
+            rows = self._range_rows(conn, session_id, after_seq, up_to_seq, self._decode_sql)
         out: list[Recorded] = []
         with collector_paused(len(rows) >= BULK_ROWS):
             for i, (position, seq, type_, version, data, recorded_at_us, hash_, payload) in enumerate(rows):

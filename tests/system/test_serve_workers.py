@@ -123,3 +123,24 @@ def test_workers_on_a_sqlite_file_are_refused_before_anything_is_created(tmp_pat
     err = capsys.readouterr().err
     assert "--workers 2" in err and "SQLite" in err and "PostgreSQL" in err
     assert not path.exists()
+
+
+@pytest.mark.slow
+def test_the_children_stop_when_the_parent_is_killed(pg_schema_url: str, tmp_path: Path):
+    """SIGKILL of the parent leaves no child serving the port without a supervisor."""
+    db = Database(pg_schema_url)
+    upgrade(db)
+    db.dispose()
+    port = free_port()
+    server = start_server(pg_schema_url, port, tmp_path / "serve.log", ["--workers", "2"])
+    try:
+        wait_healthy(port, server)
+        children = _wait(lambda: c if len(c := _children(server.pid)) == 2 else None)
+        server.kill()
+        for pid in children.values():
+            _wait(lambda pid=pid: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z", 20)
+    finally:
+        for pid in children.values() if "children" in locals() else ():
+            if os.path.exists(f"/proc/{pid}"):
+                os.kill(pid, signal.SIGKILL)
+        server.stop()

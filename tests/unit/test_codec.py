@@ -25,6 +25,7 @@ from duplex_es.events import (
     registry,
 )
 from duplex_es.events import codec
+from duplex_es.events.audio import audio_bytes
 from duplex_es.events.codec import encode_row
 
 TYPES = sorted(registry().items())
@@ -166,3 +167,19 @@ def test_a_payload_on_an_event_that_keeps_none_or_beside_audio_in_the_json_is_ba
     with pytest.raises(EventDecodeError) as err:
         decode(*encode(AudioAppended(audio="AAAA", samples=2, start_sample=0)), b"\x00\x00\x00")
     assert err.value.reason == "bad_data"
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=_AUDIO_TEXT | st.text(alphabet="AQIDBw=+/\n ", max_size=24))
+def test_logged_audio_reads_as_the_standard_library_reads_it_whatever_its_text(text):
+    """``audio_bytes`` (replay, export, the inspector) takes canonical base64 the fast way and
+    anything else — padding in the middle, line breaks — as ``base64.b64decode`` always did
+    (found by a break-it run: ``AQI=BQYHCAkK`` made an old log's overview fail)."""
+    ev = AudioAppended(audio=text, samples=1, start_sample=0)
+    try:
+        expected = base64.b64decode(text)
+    except ValueError:  # binascii.Error: the standard library refuses it too
+        with pytest.raises(ValueError):
+            audio_bytes(ev)
+        return
+    assert audio_bytes(ev) == expected
