@@ -175,14 +175,14 @@ def _raw(row: sa.Row) -> RawRecord:
     return RawRecord(*row)
 
 
-def _decode_row(row: Sequence[Any]) -> Recorded:
-    """A stored row (the columns of :data:`_COLUMNS`, in order) decoded, without the
-    :class:`RawRecord` in between (a rebuild makes one of these per event).
+def _recorded(
+    position: int, session_id: str, seq: int, type_: str, version: int, data: str, recorded_at_us: int, hash_: str, payload: Optional[bytes]
+) -> Recorded:
+    """One stored event decoded, with its log coordinates.
 
     Raises:
-        StoredEventError: the event cannot be decoded.
+        StoredEventError: the event cannot be decoded (its position named).
     """
-    position, session_id, seq, type_, version, data, recorded_at_us, _prev_hash, hash_, _key_id, payload = row
     try:
         ev = decode(type_, version, data, payload)
     except Exception as exc:
@@ -190,12 +190,15 @@ def _decode_row(row: Sequence[Any]) -> Recorded:
     return Recorded(position, session_id, seq, ev, recorded_at_us, hash_)
 
 
+def _decode_row(row: Sequence[Any]) -> Recorded:
+    """A stored row (the columns of :data:`_COLUMNS`, in order) decoded, without the
+    :class:`RawRecord` in between."""
+    position, session_id, seq, type_, version, data, recorded_at_us, _prev_hash, hash_, _key_id, payload = row
+    return _recorded(position, session_id, seq, type_, version, data, recorded_at_us, hash_, payload)
+
+
 def _decode(raw: RawRecord) -> Recorded:
-    try:
-        ev = decode(raw.type, raw.version, raw.data, raw.payload)
-    except Exception as exc:
-        raise StoredEventError(raw.position, raw.session_id, raw.seq, exc) from exc
-    return Recorded(raw.position, raw.session_id, raw.seq, ev, raw.recorded_at_us, raw.hash)
+    return _recorded(raw.position, raw.session_id, raw.seq, raw.type, raw.version, raw.data, raw.recorded_at_us, raw.hash, raw.payload)
 
 
 class EventLog:
@@ -431,11 +434,7 @@ class EventLog:
         out: list[Recorded] = []
         with collector_paused(len(rows) >= BULK_ROWS):
             for i, (position, seq, type_, version, data, recorded_at_us, hash_, payload) in enumerate(rows):
-                try:
-                    ev = decode(type_, version, data, payload)
-                except Exception as exc:
-                    raise StoredEventError(position, session_id, seq, exc) from exc
-                out.append(Recorded(position, session_id, seq, ev, recorded_at_us, hash_))
+                out.append(_recorded(position, session_id, seq, type_, version, data, recorded_at_us, hash_, payload))
                 rows[i] = None  # type: ignore[call-overload]  # decoded: free its text now, not with the list
         return out
 
