@@ -36,10 +36,11 @@ import attrs
 from duplex_es.domain import KINDS, REDUCER_VERSION, evolve, new_state
 from duplex_es.domain.kind import Violation
 from duplex_es.domain.kinds import started_by
-from duplex_es.events import Event, decode
+from duplex_es.events import Event, SessionErased
 from duplex_es.snapshots import decode_state
 from duplex_es.store import EventLog, SnapshotStore
 from duplex_es.store.chain import GENESIS, KeyRing, event_hash
+from duplex_es.store.datakeys import DataKeys, SealError, decode_stored
 
 __all__ = ["Violation", "SessionAudit", "audit_session", "audit_all"]
 
@@ -61,6 +62,8 @@ class SessionAudit:
     snapshots: int = 0  # snapshots checked against the full replay
     key_ids: tuple[str, ...] = ()  # the chain keys that signed its events, in first-use order
     unkeyed_events: int = 0  # events on the unkeyed chain (an edit with a recomputed chain goes unseen)
+    sealed_events: int = 0  # events whose content is sealed (docs/privacy.md)
+    erased_at_us: Optional[int] = None  # when its content was erased (its ``session.erased``), if it was
 
     @property
     def ok(self) -> bool:
@@ -80,13 +83,13 @@ def audit_session(log: EventLog, session_id: str, *, keyed_since: Optional[int] 
     if keyed_since is None and log.keys is not None:
         keyed_since = log.first_keyed_position()
     rows = log.read_raw(session_id)
-    report = _audit_rows(session_id, rows, log.keys, keyed_since)
+    report = _audit_rows(session_id, rows, log.keys, keyed_since, log.data_keys)
     checked, bad = _check_snapshots(log, session_id, rows)
     return attrs.evolve(report, snapshots=checked, violations=report.violations + tuple(bad))
 
 
 def _check_snapshots(log: EventLog, session_id: str, rows: list) -> tuple[int, list[Violation]]:
-    snaps = [s for s in SnapshotStore(log.db).all_of(session_id) if s.reducer_version == REDUCER_VERSION and s.intact]
+    snaps = [s for s in SnapshotStore(log.db, data_keys=log.data_keys).all_of(session_id) if s.reducer_version == REDUCER_VERSION and s.intact]
     if not snaps:
         return 0, []
     bad: list[Violation] = []
@@ -94,7 +97,7 @@ def _check_snapshots(log: EventLog, session_id: str, rows: list) -> tuple[int, l
     state = new_state()
     for r in rows:
         try:
-            state = evolve(state, r.seq, decode(r.type, r.version, r.data, r.payload))
+            state = evolve(state, r.seq, decode_stored(log.data_keys, r.session_id, r.seq, r.type, r.version, r.data, r.payload, r.sealed)[0])
         except Exception:
             return 0, []  # the decode check already reports it
         snap = want.get(r.seq)
@@ -129,7 +132,7 @@ def _check_chain(rows: list, keys: Optional[KeyRing], keyed_since: Optional[int]
         prev, prev_position = r.hash, r.position
         if r.key_id is None:
             unkeyed += 1
-            if r.hash != event_hash(r.prev_hash, r.session_id, r.seq, r.type, r.version, r.data, r.recorded_at_us, r.payload):
+            if r.hash != event_hash(r.prev_hash, r.session_id, r.seq, r.type, r.version, r.data, r.recorded_at_us, r.payload, r.sealed):
                 bad.append(Violation("chain", r.seq, "hash does not match the event's content (edited)"))
             if key_ids:
                 bad.append(Violation("chain", r.seq, f"unkeyed after events signed with chain key {next(iter(key_ids))} (downgraded to the public formula)"))
@@ -143,7 +146,7 @@ def _check_chain(rows: list, keys: Optional[KeyRing], keyed_since: Optional[int]
                 )
             continue
         key_ids.setdefault(r.key_id, None)
-        want = keys.sign(r.key_id, r.prev_hash, r.session_id, r.seq, r.type, r.version, r.data, r.recorded_at_us, r.payload) if keys is not None else None
+        want = keys.sign(r.key_id, r.prev_hash, r.session_id, r.seq, r.type, r.version, r.data, r.recorded_at_us, r.payload, r.sealed) if keys is not None else None
         if want is None:
             if r.key_id not in unverifiable:  # once per key, not once per event
                 unverifiable.add(r.key_id)
@@ -155,17 +158,23 @@ def _check_chain(rows: list, keys: Optional[KeyRing], keyed_since: Optional[int]
     return bad, tuple(key_ids), unkeyed
 
 
-def _audit_rows(session_id: str, rows: list, keys: Optional[KeyRing] = None, keyed_since: Optional[int] = None) -> SessionAudit:
+def _audit_rows(
+    session_id: str, rows: list, keys: Optional[KeyRing] = None, keyed_since: Optional[int] = None, data_keys: Optional[DataKeys] = None
+) -> SessionAudit:
     # chain -------------------------------------------------------------------------------
     bad, key_ids, unkeyed = _check_chain(rows, keys, keyed_since)
 
-    # decode ------------------------------------------------------------------------------
+    # decode (and, with the master key, open every sealed row: a payload moved from another
+    # row or session does not; without it, or once erased, the content reads as withheld) --
     events: list[tuple[int, Event]] = []
     for r in rows:
         try:
-            events.append((r.seq, decode(r.type, r.version, r.data, r.payload)))
+            events.append((r.seq, decode_stored(data_keys, session_id, r.seq, r.type, r.version, r.data, r.payload, r.sealed)[0]))
+        except SealError as exc:
+            bad.append(Violation("sealed", r.seq, str(exc)))
         except Exception as exc:
             bad.append(Violation("decode", r.seq, str(exc)))
+    erased = [ev.at_us for _, ev in events if isinstance(ev, SessionErased)]
 
     kind = (started_by(events[0][1]) if events else None) or KINDS[0]
     found = kind.audit(session_id, events, evolve)
@@ -182,6 +191,8 @@ def _audit_rows(session_id: str, rows: list, keys: Optional[KeyRing] = None, key
         violations=tuple(bad) + found.violations,
         key_ids=key_ids,
         unkeyed_events=unkeyed,
+        sealed_events=sum(1 for r in rows if r.sealed is not None),
+        erased_at_us=erased[-1] if erased else None,
     )
 
 

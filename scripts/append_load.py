@@ -58,7 +58,7 @@ def main() -> None:
             spy = None
             if args.profile:
                 spy = subprocess.Popen(
-                    [str(Path(sys.executable).with_name("py-spy")), "record", "-r", "200", "-f", "raw", "-p", str(server.pid), "-o", args.profile],
+                    [str(Path(sys.executable).with_name("py-spy")), "record", "-r", "200", "--nonblocking", "--gil", "-f", "raw", "-p", str(server.pid), "-o", args.profile],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 )
             time.sleep(2 if args.workers > 1 else 0)  # /healthz answered by one child: let the others start too

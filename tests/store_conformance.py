@@ -37,6 +37,7 @@ from duplex_es.events import (
     AudioAppended,
     EpochAdvanced,
     SessionConfig,
+    SessionErased,
     SessionOpened,
     TextAppended,
     TickIssued,
@@ -62,6 +63,9 @@ from duplex_es.store import (
     upgrade,
 )
 from duplex_es.store.backend import Backend
+from duplex_es.store.datakeys import MasterKeys, SessionErased as SessionErasedError, rewrap_all
+from duplex_es.store.log import StoredEventError
+from duplex_es.events.catalogue import SpeechInputs
 from duplex_es.store.chain import GENESIS, event_hash
 from duplex_es.store.log import BULK_ROWS
 from duplex_es.store.migrate import head_revision
@@ -81,6 +85,34 @@ def text(i: int) -> TextAppended:
 
 def said(tag: str) -> TextAppended:
     return TextAppended(client_event_id=tag, text=tag)
+
+
+#: A master key for the sealing tests (docs/privacy.md), and what a spoken session says: words
+#: and audio patterns the database must never hold in the clear.
+MASTER = bytes(range(32))
+USER_AUDIO = b"\x11\x22\x33\x44" * 240
+ANSWER_AUDIO = b"\x55\x66\x77\x88" * 100
+SECRETS = (b"marmalade", b"quince", b"damson", b"greengage", USER_AUDIO[:64], ANSWER_AUDIO[:64])
+
+
+def spoken(sid: str) -> list:
+    """A session with content in every kind of place: the prompt, user audio and text, a tick's
+    inputs, an answer's audio and text."""
+    return [
+        SessionOpened(session_id=sid, config=SessionConfig(model="m", instructions="PROMPT marmalade")),
+        AudioAppended(audio=base64.b64encode(USER_AUDIO).decode(), samples=480, start_sample=0),
+        TextAppended(client_event_id="e1", text="WORD quince"),
+        TickIssued(request_id=f"req_{sid}", response_id="resp", epoch=0, chunk_index=0, inputs=SpeechInputs(user_text="ASKED greengage")),
+        TickOutput(
+            session_id=sid, request_id=f"req_{sid}", response_id="resp", epoch=0, chunk_index=0,
+            audio=base64.b64encode(ANSWER_AUDIO).decode(), text_delta="ANSWER damson",
+        ),
+    ]
+
+
+def _log_checks(report) -> list:
+    """An audit's violations of the log's own rules (chain, keys, decoding, sealing)."""
+    return [v for v in report.violations if v.check in ("chain", "key", "decode", "sealed")]
 
 
 def _tick(request_id: str, chunk: int = 0, epoch: int = 0) -> TickIssued:
@@ -510,7 +542,115 @@ class StoreConformance:
         log.append("s", [opened("s"), AudioAppended(audio="AAAA", samples=1, start_sample=0)], expected_seq=0)
         with pytest.raises(RuntimeError, match="payload"):
             downgrade()
-        assert log.read_raw("s")[1].payload == b"\x00\x00\x00"  # nothing was dropped
+        with log.db.read() as conn:  # nothing was dropped (0006's column may be: it held nothing)
+            assert bytes(conn.execute(sa.text("SELECT payload FROM events WHERE seq = 2")).scalar_one()) == b"\x00\x00\x00"
+
+    # ------------------------------------------------------------- sealed content (docs/privacy.md)
+
+    def _sealed(self, db: Database) -> EventLog:
+        return EventLog(db, master_keys=MasterKeys.from_keys([MASTER]))
+
+    def _stored_bytes(self, db: Database) -> bytes:
+        """Everything the tables hold that could carry content, as bytes."""
+        out = []
+        with db.read() as conn:
+            for table, cols in (("events", ("data", "payload")), ("snapshots", ("data",)), ("session_keys", ("wrapped",))):
+                for row in conn.execute(sa.text(f"SELECT {', '.join(cols)} FROM {table}")):
+                    out += [v.encode() if isinstance(v, str) else bytes(v) for v in row if v is not None]
+        return b"\n".join(out)
+
+    def test_sealed_content_reads_back_and_is_nowhere_in_the_clear(self, db: Database):
+        """With a master key, every read path (session, seqs, tail, tick claims) gives back the
+        events appended, while the stored rows hold no word and no audio of them; audit
+        verifies the chain without opening anything."""
+        log = self._sealed(db)
+        events = spoken("s")
+        log.append("s", events, expected_seq=0)
+        assert [r.event for r in log.read_session("s")] == events and not any(r.withheld for r in log.read_session("s"))
+        assert [r.event for r in log.read_seqs("s", [2, 5])] == [events[1], events[4]]
+        assert [r.event for r in log.tail(0)] == events
+        assert [r.sealed for r in log.read_raw("s")] == [1] * 5
+        claim = TickQueue(log).claim("w", ttl_ms=10_000)
+        assert claim is not None and claim.tick == events[3]  # a worker with the key reads its inputs
+        stored = self._stored_bytes(db)
+        assert [s for s in SECRETS if s in stored] == []
+        # (these events are no conversation the reducer could fold: only the log's checks apply)
+        report = audit_session(log, "s")
+        assert _log_checks(report) == [] and report.sealed_events == 5, report.violations
+        assert _log_checks(audit_session(EventLog(db), "s")) == []  # the chain needs no data key
+
+    def test_without_the_master_key_a_sealed_session_shows_its_structure(self, db: Database):
+        """A reader without the key gets every event with its ids, counts and times, empty
+        text where the content was and silence of the same length where the audio was."""
+        self._sealed(db).append("s", spoken("s"), expected_seq=0)
+        recs = EventLog(db).read_session("s")
+        assert [type(r.event) for r in recs] == [type(e) for e in spoken("s")] and all(r.withheld for r in recs)
+        opened_, audio, typed, tick, out = (r.event for r in recs)
+        assert opened_.config.instructions == "" and opened_.config.model == "m"
+        assert base64.b64decode(audio.audio) == bytes(len(USER_AUDIO)) and audio.samples == 480
+        assert typed.text == "" and typed.client_event_id == "e1" and tick.inputs.user_text == ""
+        assert base64.b64decode(out.audio) == bytes(len(ANSWER_AUDIO)) and out.text_delta == "" and out.request_id == "req_s"
+
+    @pytest.mark.parametrize("source", ["same session", "other session"])
+    def test_a_sealed_payload_moved_to_another_row_does_not_open_and_audit_says_which(self, db: Database, source: str):
+        """A ciphertext is bound to its session and seq: copied onto another row it does not
+        open (the read fails naming the row), and audit reports it as ``sealed`` (and the chain
+        as edited) at that seq."""
+        log = self._sealed(db)
+        log.append("s", [opened("s"), said("one"), said("two")], expected_seq=0)
+        log.append("t", [opened("t"), said("one")], expected_seq=0)
+        src = "session_id = 's' AND seq = 3" if source == "same session" else "session_id = 't' AND seq = 2"
+        self._without_triggers(db, f"UPDATE events SET payload = (SELECT payload FROM events WHERE {src}) WHERE session_id = 's' AND seq = 2")
+        with pytest.raises(StoredEventError) as err:
+            log.read_session("s")
+        assert err.value.seq == 2 and "does not open" in str(err.value)
+        report = audit_session(log, "s")
+        assert {(v.check, v.seq) for v in report.violations} >= {("sealed", 2), ("chain", 2)}, report.violations
+
+    def test_erasure_destroys_the_key_and_snapshots_and_keeps_the_chain(self, db: Database):
+        """Erasing a session appends its ``session.erased``, destroys its data key and deletes
+        its snapshots in one transaction: afterwards even a reader with the master key sees
+        only the structure, the audit passes and reports the erasure, and content appended
+        later is refused."""
+        log = self._sealed(db)
+        log.append("s", spoken("s"), expected_seq=0)
+        log.append("keep", spoken("keep"), expected_seq=0)
+        SnapshotStore(db, data_keys=log.data_keys).save("s", 5, 1, '{"said": "marmalade"}')
+        assert b"marmalade" not in self._stored_bytes(db)  # sealed like the events
+        assert SnapshotStore(db, data_keys=log.data_keys).recent("s")[0].data == '{"said": "marmalade"}'
+        result, destroyed, dropped = log.erase("s", [SessionErased(at_us=1_700_000_000_000_000, by="operator", sealed_events=5)], expected_seq=5)
+        assert destroyed and dropped == 1 and result.records[0].seq == 6
+        for reader in (log, self._sealed(db), EventLog(db)):  # this process's log, a fresh one, one without the key
+            recs = reader.read_session("s")
+            assert [r.withheld for r in recs] == [True] * 5 + [False]
+            assert recs[2].event.text == "" and isinstance(recs[5].event, SessionErased)
+        assert [r.event for r in log.read_session("keep")] == spoken("keep")  # the others untouched
+        report = audit_session(self._sealed(db), "s")
+        assert _log_checks(report) == [] and report.erased_at_us == 1_700_000_000_000_000, report.violations
+        assert SnapshotStore(db, data_keys=log.data_keys).recent("s") == []
+        with pytest.raises(SessionErasedError):
+            log.append("s", [said("again")], expected_seq=6)
+        assert log.head("s") == 6
+        with db.read() as conn:
+            assert conn.execute(sa.text("SELECT wrapped, erased_at_us IS NOT NULL FROM session_keys WHERE session_id = 's'")).one() == (None, True)
+
+    def test_rotating_the_master_key_rewraps_every_data_key(self, db: Database):
+        """``master-key rewrap``: after it, the new master key alone opens every session, the
+        old one none, and erased sessions stay erased; a ring without the wrapping key fails
+        the read naming the key, instead of reading the content as erased."""
+        old, new = MASTER, bytes(range(32, 64))
+        self._sealed(db).append("s", spoken("s"), expected_seq=0)
+        self._sealed(db).append("gone", spoken("gone"), expected_seq=0)
+        self._sealed(db).erase("gone", [SessionErased(at_us=1, by="operator")], expected_seq=5)
+        stranger = EventLog(db, master_keys=MasterKeys.from_keys([new]))
+        with pytest.raises(StoredEventError, match="does not hold"):
+            stranger.read_session("s")
+        assert rewrap_all(db, MasterKeys.from_keys([new, old])) == (1, 0)
+        assert rewrap_all(db, MasterKeys.from_keys([new, old])) == (0, 1)
+        assert [r.event for r in EventLog(db, master_keys=MasterKeys.from_keys([new])).read_session("s")] == spoken("s")
+        with pytest.raises(StoredEventError, match="does not hold"):
+            EventLog(db, master_keys=MasterKeys.from_keys([old])).read_session("s")
+        assert all(r.withheld for r in EventLog(db, master_keys=MasterKeys.from_keys([new])).read_session("gone")[:5])
 
     # ----------------------------------------------------------------------------------- reads
 

@@ -14,7 +14,7 @@ import os
 import signal
 import socket
 import sys
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import attrs
 import sqlalchemy as sa
@@ -26,6 +26,7 @@ from duplex_es.cli.discovery import add_tool_commands
 from duplex_es.errors import DuplexError
 from duplex_es.store import Database, EventLog, KeyRing, upgrade
 from duplex_es.store.database import resolve_url
+from duplex_es.store.datakeys import MasterKeys
 
 if TYPE_CHECKING:
     from duplex_es.server.principals import Keyring
@@ -56,6 +57,18 @@ def _chain_keys(args: argparse.Namespace) -> Optional[KeyRing]:
         return None
     ring = KeyRing.load(path)
     logging.getLogger(__name__).info("chain key %s signs new events (%d key(s) in %s)", ring.signing_id, len(ring.keys), path)
+    return ring
+
+
+def _master_keys(args: argparse.Namespace) -> Optional[MasterKeys]:
+    """The master key ring of ``--master-key-file`` (``None``: content stored in the clear, and
+    sealed content read as withheld). Loaded before the database is opened (a bad file creates
+    nothing); docs/privacy.md."""
+    path = getattr(args, "master_key_file", None)
+    if not path:
+        return None
+    ring = MasterKeys.load(path)
+    logging.getLogger(__name__).info("master key %s wraps new data keys (%d key(s) in %s)", ring.current_id, len(ring.keys), path)
     return ring
 
 
@@ -107,6 +120,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"duplex-es serve: --model: {err}", file=sys.stderr)
         return 2
     keys = _chain_keys(args)
+    master_keys = _master_keys(args)
     keyring = _keyring(args)
     if args.workers > 1 and sa.engine.make_url(resolve_url(args.db)).get_backend_name() == "sqlite":
         # Measured (docs/scaling.md): SQLite takes one writer at a time, so the processes wait
@@ -141,6 +155,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         models=models,
         commit_timeout_ms=args.commit_timeout_ms,
         chain_keys=keys,
+        master_keys=master_keys,
     )
     # What exists now (modules, the app, the engine) lives as long as the process: out of the
     # cyclic collector's sight, its full collections scan only what sessions made since. They
@@ -253,6 +268,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     engines: list = [_load_plugin(spec) for spec in args.engine_plugin]  # before the database: a bad plugin creates nothing
     keys = _chain_keys(args)
+    master_keys = _master_keys(args)
     db = _open_db(args)
     kinds = {k for e in engines for k in e.kinds}
     if args.engine in ("speech", "all") and not {"speech", "transcription", "duplex"} <= kinds:
@@ -273,7 +289,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
         engines.append(WorldEngine())
     worker = Worker(
-        EventLog(db, keys=keys),
+        EventLog(db, keys=keys, master_keys=master_keys),
         engines,
         worker_id=args.worker_id,
         claim_ttl_ms=args.claim_ttl_ms,
@@ -310,7 +326,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from duplex_es.cli.render import print_replay, replay_json
     from duplex_es.replay import replay
 
-    log = EventLog(_read_db(args))
+    log = EventLog(_read_db(args), master_keys=_master_keys(args))
     if args.recheck:
         return _recheck(args, log)
     if len(args.session_id) != 1:
@@ -361,7 +377,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     keys = _chain_keys(args)
     if args.checkpoint and keys is None:
         raise CliError(f"--checkpoint {args.checkpoint}: checkpoints are signed with the chain key; give --chain-key-file (or $DUPLEX_ES_CHAIN_KEY_FILE)")
-    log = EventLog(_read_db(args), keys=keys)
+    log = EventLog(_read_db(args), keys=keys, master_keys=_master_keys(args))
     session_id = _resolve_session(log, args.session_id) if args.session_id else None
     audits = [audit_session(log, session_id)] if session_id else audit_all(log)
     findings = []
@@ -399,27 +415,79 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 
 
 def cmd_chain_key(args: argparse.Namespace) -> int:
+    return _key_file(args.chain_key_command, args.file, KeyRing.load, lambda r: r.signing_id, "chain key", "signs new events", "verifying")
+
+
+def _key_file(command: str, path: str, load: Any, current: Any, what: str, role: str, kept_for: str, hint: str = "") -> int:
+    """``list`` the key ids of a key file, or make one / rotate it (``new``): the new key goes
+    first (it is the one in use from now on); older keys stay for ``kept_for``."""
     from duplex_es.store.chain import new_key_line
 
-    path = args.file
-    if args.chain_key_command == "list":
-        ring = KeyRing.load(path)
+    if command == "list":
+        ring = load(path)
         for kid in ring.keys:
-            console.print(f"{kid}{'  (signs new events)' if kid == ring.signing_id else ''}", highlight=False)
+            console.print(f"{kid}{f'  ({role})' if kid == current(ring) else ''}", highlight=False)
         return 0
-    # new: the new key goes first (it signs from now on); older keys stay to verify what they signed.
-    old = KeyRing.load(path) if os.path.exists(path) else None
-    previous = open(path, encoding="ascii").read() if old is not None else ""
-    line = new_key_line()
+    old = load(path) if os.path.exists(path) else None
+    _prepend_key(path, new_key_line(), old is not None)
+    ring = load(path)
+    kept = f"; keeps {len(ring.keys) - 1} older key(s) for {kept_for}{hint}" if old is not None else ""
+    console.print(f"new {what} {current(ring)} in {path}{kept}", highlight=False)
+    return 0
+
+
+def _prepend_key(path: str, line: str, exists: bool) -> None:
+    """Write ``line`` as the first key of the key file ``path`` (mode 0600), keeping the keys
+    already there after it; atomically (a new file, fsynced, renamed over the old)."""
+    previous = open(path, encoding="ascii").read() if exists else ""
     fd = os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="ascii") as f:
         f.write(line + "\n" + previous)
         f.flush()
         os.fsync(f.fileno())
     os.replace(path + ".new", path)
-    ring = KeyRing.load(path)
-    kept = f"; keeps {len(ring.keys) - 1} older key(s) for verifying" if old is not None else ""
-    console.print(f"new chain key {ring.signing_id} in {path}{kept}", highlight=False)
+
+
+def cmd_master_key(args: argparse.Namespace) -> int:
+    """``master-key new FILE`` (make, or rotate: the new key goes first), ``list FILE``, and
+    ``rewrap FILE``: every session's data key wrapped again under the file's first key, so the
+    older keys can then be removed (docs/privacy.md, "Rotating the master key")."""
+    from duplex_es.store.datakeys import rewrap_all
+
+    path = args.file
+    if args.master_key_command == "rewrap":
+        ring = MasterKeys.load(path)
+        moved, kept = rewrap_all(_read_db(args), ring)
+        console.print(
+            f"rewrapped {moved} data key(s) under master key {ring.current_id} ({kept} already were); "
+            + ("the other keys of the file can now be removed" if len(ring.keys) > 1 else "the file holds no other key"),
+            highlight=False,
+        )
+        return 0
+    return _key_file(
+        args.master_key_command, path, MasterKeys.load, lambda r: r.current_id, "master key", "wraps new data keys", "unwrapping",
+        f" (then `duplex-es master-key rewrap {path}`)",
+    )
+
+
+def cmd_erase(args: argparse.Namespace) -> int:
+    """``erase SESSION``: destroy the session's data key (docs/privacy.md, "Erasure")."""
+    from duplex_es.erasure import ErasureRefused, erase_session
+
+    log = EventLog(_read_db(args))
+    session_id = _resolve_session(log, args.session_id)
+    try:
+        done = erase_session(log, session_id, by="operator", reason=args.reason)
+    except ErasureRefused as err:
+        raise CliError(f"erase: refused ({err.code}): {err}") from None
+    if done.already:
+        console.print(f"session {session_id} was already erased (seq {done.seq}); nothing to do", highlight=False)
+        return 0
+    console.print(
+        f"erased session {session_id}: data key destroyed ({done.sealed_events} sealed events unreadable), "
+        f"{done.snapshots_deleted} snapshot(s) deleted, session.erased at seq {done.seq}",
+        highlight=False,
+    )
     return 0
 
 
@@ -427,7 +495,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from duplex_es.inspect import Inspector
 
     keys = _chain_keys(args)  # the audit verifies keyed chains with it
-    log = EventLog(_read_db(args), keys=keys)
+    log = EventLog(_read_db(args), keys=keys, master_keys=_master_keys(args))
     inspector = Inspector(log)
     if args.out is not None:
         from duplex_es.inspect.export import export_html
@@ -467,7 +535,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from duplex_es.export import write_jsonl
 
-    log = EventLog(_read_db(args))
+    log = EventLog(_read_db(args), master_keys=_master_keys(args))
     session_id = _resolve_session(log, args.session_id) if args.session_id else None
     if args.out in (None, "-"):
         write_jsonl(log, sys.stdout, session_id)
@@ -481,7 +549,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from duplex_es.export import import_jsonl
 
-    log = EventLog(_open_db(args), keys=_chain_keys(args))
+    log = EventLog(_open_db(args), keys=_chain_keys(args), master_keys=_master_keys(args))
     for path in args.files:
         with open(path, encoding="utf-8") as f:
             counts = import_jsonl(log, f)
@@ -506,6 +574,12 @@ def _window_ms(text: str) -> float:
     if not 0 <= value <= 1000:
         raise argparse.ArgumentTypeError(f"a group-commit window is 0..1000 ms, got {text}")
     return value
+
+
+def _reason(text: str) -> str:
+    if not text or len(text) > 200:
+        raise argparse.ArgumentTypeError(f"a reason is 1 to 200 characters, got {len(text)}")
+    return text
 
 
 def _log_level(text: str) -> str:
@@ -534,6 +608,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("DUPLEX_ES_LOG_LEVEL", "INFO"),
         help="DEBUG, INFO, WARNING, ERROR or CRITICAL (default INFO, or $DUPLEX_ES_LOG_LEVEL)",
     )
+    master_key = argparse.ArgumentParser(add_help=False)
+    master_key.add_argument(
+        "--master-key-file", default=os.environ.get("DUPLEX_ES_MASTER_KEY_FILE") or None, metavar="FILE",
+        help="the master key ring (one 64-hex-digit key per line, the first wrapping new data keys; `duplex-es master-key "
+        "new FILE`): sessions' content is stored sealed under per-session data keys it wraps, and read back with it "
+        "(docs/privacy.md; or $DUPLEX_ES_MASTER_KEY_FILE)",
+    )
     chain_key = argparse.ArgumentParser(add_help=False)
     chain_key.add_argument(
         "--chain-key-file", default=os.environ.get("DUPLEX_ES_CHAIN_KEY_FILE") or None, metavar="FILE",
@@ -546,7 +627,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("db_command", choices=["upgrade", "current"])
     p.set_defaults(func=cmd_db)
 
-    p = sub.add_parser("serve", parents=[common, chain_key], help="run the Realtime WebSocket server")
+    p = sub.add_parser("serve", parents=[common, chain_key, master_key], help="run the Realtime WebSocket server")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=port, default=8000)
     p.add_argument(
@@ -622,7 +703,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--listen-fd", type=non_negative_int, default=None, help=argparse.SUPPRESS)  # a --workers child's socket
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("worker", parents=[common, chain_key], help="run a worker: claim ticks, run the engine, append outputs")
+    p = sub.add_parser("worker", parents=[common, chain_key, master_key], help="run a worker: claim ticks, run the engine, append outputs")
     p.add_argument("--engine", choices=["all", "speech", "world"], default="all", help="the reference engines to run (default: both)")
     p.add_argument(
         "--engine-plugin",
@@ -650,7 +731,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sessions", parents=[common], help="list the sessions in the log")
     p.set_defaults(func=cmd_sessions)
 
-    p = sub.add_parser("replay", parents=[common], help="rebuild a session from the log and show its timeline")
+    p = sub.add_parser("replay", parents=[common, master_key], help="rebuild a session from the log and show its timeline")
     p.add_argument("session_id", nargs="*", help="session id (a unique prefix is enough); with --recheck any number (none: every session)")
     p.add_argument("--at", type=int, default=None, metavar="SEQ", help="stop after this seq")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -667,7 +748,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_replay)
 
-    p = sub.add_parser("audit", parents=[common, chain_key], help="check hash chains, seqs, ticks and outputs; exit 1 on any violation")
+    p = sub.add_parser("audit", parents=[common, chain_key, master_key], help="check hash chains, seqs, ticks and outputs; exit 1 on any violation")
     p.add_argument("session_id", nargs="?", default=None, help="one session (default: all)")
     p.add_argument("--json", action="store_true")
     p.add_argument(
@@ -687,13 +768,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_checkpoint)
 
+    p = sub.add_parser("master-key", parents=[common], help="make or rotate a master key file (new), list its key ids (list), or rewrap every data key under its first key (rewrap)")
+    p.add_argument("master_key_command", choices=["new", "list", "rewrap"])
+    p.add_argument("file", metavar="FILE")
+    p.set_defaults(func=cmd_master_key)
+
+    p = sub.add_parser("erase", parents=[common], help="erase a session's content: destroy its data key and snapshots, log session.erased (docs/privacy.md)")
+    p.add_argument("session_id", metavar="SESSION")
+    p.add_argument("--reason", default="request", type=_reason, help="why, logged with the erasure (up to 200 characters; default: request)")
+    p.set_defaults(func=cmd_erase)
+
     p = sub.add_parser("chain-key", parents=[common], help="make or rotate a chain key file (new), or list its key ids (list)")
     p.add_argument("chain_key_command", choices=["new", "list"])
     p.add_argument("file", help="the key file: new creates it (mode 0600) or puts a new signing key before the old ones")
     p.set_defaults(func=cmd_chain_key)
 
     p = sub.add_parser(
-        "inspect", parents=[common, chain_key],
+        "inspect", parents=[common, chain_key, master_key],
         help="serve the session inspector (timeline, audio, state at any event) on a local web page, or export one session as a single HTML file",
     )
     p.add_argument("session_id", nargs="?", default=None, help="open this session (a unique prefix is enough); required with --out")
@@ -703,12 +794,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, metavar="FILE.html", help="write the session's view as one self-contained HTML file instead of serving")
     p.set_defaults(func=cmd_inspect)
 
-    p = sub.add_parser("export", parents=[common], help="write events as JSON Lines, each in its current schema version")
+    p = sub.add_parser("export", parents=[common, master_key], help="write events as JSON Lines, each in its current schema version")
     p.add_argument("session_id", nargs="?", default=None, help="one session (default: the whole log, in position order)")
     p.add_argument("--out", default=None, metavar="FILE", help="write to FILE (default: standard output)")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("import", parents=[common, chain_key], help="append the sessions of JSON-lines exports to the log (e.g. to recheck them)")
+    p = sub.add_parser("import", parents=[common, chain_key, master_key], help="append the sessions of JSON-lines exports to the log (e.g. to recheck them)")
     p.add_argument("files", nargs="+", metavar="FILE", help="a file `duplex-es export` wrote; its sessions must not be in the log yet")
     p.set_defaults(func=cmd_import)
 

@@ -99,21 +99,28 @@ def replay_json(result: Replay) -> dict[str, Any]:
 def print_audit(console: Console, audits: Sequence[SessionAudit]) -> None:
     """Print audit results and every violation."""
     table = Table(title="audit")
-    for col in ("session", "events", "ticks", "committed", "applied", "discarded", "pending", "responses", "snapshots", "result"):
+    for col in ("session", "events", "ticks", "committed", "applied", "discarded", "pending", "responses", "snapshots", "sealed", "result"):
         table.add_column(col, justify="right" if col not in ("session", "result") else "left")
     for a in audits:
         result = "[green]ok[/]" if a.ok else f"[red]{len(a.violations)} violation(s)[/]"
         table.add_row(
             a.session_id, str(a.events), str(a.ticks), str(a.committed_ticks), str(a.applied_events),
-            str(a.discarded_events), str(a.pending_events), str(a.responses), str(a.snapshots), result,
+            str(a.discarded_events), str(a.pending_events), str(a.responses), str(a.snapshots), str(a.sealed_events), result,
         )
     console.print(table)
+    for a in audits:
+        if a.erased_at_us is not None:  # docs/privacy.md: the erasure is part of what the audit reports
+            console.print(f"{escape(a.session_id)}: content erased at {_utc(a.erased_at_us)} ({a.sealed_events} sealed events unreadable)", highlight=False)
     for a in audits:
         for v in a.violations:
             # Escaped: "[chain]" would otherwise be read as a style tag and vanish.
             console.print(f"[red]{escape(a.session_id)} seq {v.seq} \\[{v.check}][/] {escape(v.message)}", highlight=False)
     if not audits:
         console.print("no sessions in the log")
+
+
+def _utc(us: int) -> str:
+    return dt.datetime.fromtimestamp(us / 1e6, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def audit_line(a: SessionAudit) -> str:
@@ -123,6 +130,10 @@ def audit_line(a: SessionAudit) -> str:
     tail = "" if a.kind == "world" else f"; {a.responses} response(s)"
     if a.snapshots:
         tail += f"; {a.snapshots} snapshot(s) equal the replay"
+    if a.sealed_events:
+        tail += f"; {a.sealed_events} sealed"
+    if a.erased_at_us is not None:
+        tail += f"; content erased at {_utc(a.erased_at_us)}"
     return (
         f"audit: {verdict} — {a.events} events, hash chain and seqs intact; {a.ticks} ticks "
         f"({a.committed_ticks} committed); {a.applied_events} {what} applied exactly once, "

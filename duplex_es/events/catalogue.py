@@ -23,6 +23,7 @@ from duplex_es.events.base import Event, Refusal, event
 from duplex_es.events.ticks import TickAnswer, TickCanceller, TickRequest
 
 __all__ = [
+    "SessionErased",
     "AudioFormat",
     "TurnDetection",
     "SEMANTIC_VAD_SILENCE_MS",
@@ -487,6 +488,21 @@ class SessionExpired(Event):
     reason: str
     decided_at_ms: int
     since_ms: int
+
+
+@event("session.erased")
+class SessionErased(Event):
+    """The session's content was erased at ``at_us`` (Unix µs) by ``by`` (a principal, or
+    ``operator`` for the command line, or ``retention``): its data key is destroyed, so the
+    sealed content of its events no longer opens, and its snapshots are deleted. Everything
+    else of the log stays: order, times, verdicts and the hash chain (docs/privacy.md). Logged
+    by the component that erased, with the time it used (docs/architecture.md, I11); the last
+    event of the session. ``sealed_events`` is how many of its events held content."""
+
+    at_us: int
+    by: str
+    reason: str = "request"
+    sealed_events: int = 0
 
 
 @event("session.heartbeat")

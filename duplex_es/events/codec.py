@@ -26,6 +26,7 @@ from duplex_es.events.base import Event, event_class
 from duplex_es.events import catalogue as _catalogue  # noqa: F401
 from duplex_es.events import world as _world  # noqa: F401
 from duplex_es.events import duplex as _duplex  # noqa: F401
+from duplex_es.events.sealing import SEALED_PATHS, merge, split
 
 __all__ = [
     "EventDecodeError",
@@ -34,6 +35,8 @@ __all__ = [
     "encode_data",
     "encode_row",
     "PAYLOAD_AUDIO",
+    "encode_sealed_row",
+    "decode_sealed",
     "decode",
     "decode_data",
     "parse_json",
@@ -239,3 +242,66 @@ def _decode_json(type_name: str, version: int, data: str) -> Event:
     except json.JSONDecodeError as exc:
         raise EventDecodeError(type_name, version, "bad_data", str(exc)) from exc
     return decode_data(type_name, version, parsed)
+
+
+def encode_sealed_row(ev: Event) -> tuple[str, int, str, Optional[bytes], Optional[bytes]]:
+    """Encode an event for a session whose content is sealed (docs/privacy.md).
+
+    Returns:
+        ``(type, version, clear JSON, payload, plaintext)``. For an event with content
+        (:data:`~duplex_es.events.sealing.SEALED_PATHS`), ``clear JSON`` holds everything else
+        with empty values at the content's places, ``payload`` is ``None`` and ``plaintext`` is
+        what the store seals: the content's canonical JSON (``path → value``), a NUL, and the
+        audio's bytes when the audio is canonical base64 of a class in :data:`PAYLOAD_AUDIO`
+        (then left out of the JSON, so sealed audio is not inflated by base64). For an event
+        without content, ``plaintext`` is ``None`` and the rest is :func:`encode_row`'s.
+    """
+    cls = type(ev)
+    if cls not in SEALED_PATHS:
+        return (*encode_row(ev), None)
+    clear, secret = split(cls, converter.unstructure(ev))
+    if not secret:
+        return (*encode_row(ev), None)
+    tail = b""
+    if cls in PAYLOAD_AUDIO and "audio" in secret:
+        text = secret["audio"]
+        try:
+            raw = pybase64.b64decode(text, validate=True)
+        except ValueError:
+            raw = None
+        if raw is not None and pybase64.b64encode_as_string(raw) == text:
+            del secret["audio"]
+            tail = raw
+    return ev.TYPE, ev.VERSION, _dumps(clear), None, _dumps(secret).encode("utf-8", "surrogatepass") + b"\0" + tail
+
+
+def decode_sealed(type_name: str, version: int, data: str, plaintext: Optional[bytes], audio_bytes: int = 0) -> Event:
+    """Decode a sealed row (:func:`encode_sealed_row`): ``data`` is the clear JSON,
+    ``plaintext`` the opened content, or ``None`` when it cannot be opened (the session's key
+    was erased, or the reader holds no master key).
+
+    Without the plaintext the event reads as its clear text says: empty text, lists and
+    objects where the content was, and — so the audio clock and every duration stay what they
+    were (I12) — ``audio_bytes`` zero bytes (silence) where there was audio.
+
+    Raises:
+        EventDecodeError: the clear text or the content does not decode (``bad_data``).
+    """
+    if plaintext is None:
+        ev = _decode_json(type_name, version, data)
+        if audio_bytes and type(ev) in PAYLOAD_AUDIO:
+            object.__setattr__(ev, "audio", pybase64.b64encode_as_string(bytes(audio_bytes)))
+        return ev
+    head, sep, tail = plaintext.partition(b"\0")
+    try:
+        secret = parse_json(head)
+        clear = parse_json(data)
+        if not sep or not isinstance(secret, dict) or not isinstance(clear, dict):
+            raise ValueError("not a sealed event's content")
+        merge(clear, secret)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EventDecodeError(type_name, version, "bad_data", f"(sealed content: {type(exc).__name__})") from exc
+    cls = event_class(type_name)
+    if tail and cls in PAYLOAD_AUDIO and "audio" not in secret:
+        clear["audio"] = pybase64.b64encode_as_string(tail)
+    return decode_data(type_name, version, clear)

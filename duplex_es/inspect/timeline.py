@@ -24,6 +24,7 @@ from duplex_es.events import (
     AudioAppended,
     CommandRejected,
     EpochAdvanced,
+    SessionErased,
     Event,
     InputCleared,
     InputCommitted,
@@ -120,6 +121,10 @@ class Timeline:
         self.ticks: dict[str, dict[str, Any]] = {}
         self.errors: list[dict[str, Any]] = []
         self.lifecycle: list[dict[str, Any]] = []
+        # Sealed content this reader did not open (docs/privacy.md): how many events, and the
+        # erasure that destroyed the key, if that is why.
+        self.withheld = 0
+        self.erased: Optional[dict[str, Any]] = None
         self.markers: list[tuple[int, str, str]] = []  # (seq, type, verdict) of every non-append event
         self.interactions: dict[int, dict[str, Any]] = {}  # world: accepted interactions by the client's event id
         self.chunks: list[dict[str, Any]] = []  # world: one per chunk tick
@@ -163,6 +168,7 @@ class Timeline:
         Raises:
             ValueError: a record does not follow :attr:`head`.
         """
+        self.withheld += sum(1 for r in records if r.withheld)
         i, n = 0, len(records)
         while i < n:
             r = records[i]
@@ -206,6 +212,8 @@ class Timeline:
                 self._speech(r.seq, ev, verdict, before)
             if isinstance(ev, _LIFECYCLE):
                 self.lifecycle.append({"seq": r.seq, "type": ev.TYPE, "summary": summarize(ev)})
+            if isinstance(ev, SessionErased):
+                self.erased = {"seq": r.seq, "at_us": ev.at_us, "by": ev.by, "reason": ev.reason}
             if isinstance(ev, (CommandRejected, InteractionRejected, *_FAILURES)):
                 self.errors.append(self._error(r.seq, ev, verdict))
             elif isinstance(ev, TickAnswer) and not verdict.startswith("accepted"):
@@ -445,6 +453,7 @@ class Timeline:
             "lifecycle": [{**e, "at_ms": at[e["seq"] - 1]} for e in self.lifecycle],
             "markers": [[seq, at[seq - 1], typ, verdict] for seq, typ, verdict in self.markers],
             "world": None if self.kind != "world" else {"config": self.world_config, "chunks": self.chunks},
+            "content": {"withheld_events": self.withheld, "erased": self.erased},
         }
 
     def _item_json(self, iid: str) -> dict[str, Any]:

@@ -104,9 +104,11 @@ EXTENSION_EVENT_TYPES = frozenset(
 #: projection; ``tests/unit/test_tables.py`` checks both): ticks and their failures are between the session and
 #: its workers (a failure reaches the client as its response's ``response.done``), an epoch
 #: change is seen through the ``response.done`` it causes, typed text and a deferred response
-#: through the commit and ``response.created`` that use them, a detach has nobody to tell.
+#: through the commit and ``response.created`` that use them, a detach has nobody to tell, and
+#: an erasure comes after the session ended (docs/privacy.md).
 SILENT_EVENT_TYPES = frozenset(
     {
+        "session.erased",
         "tick.issued",
         "tick.failed",
         "transcription.requested",

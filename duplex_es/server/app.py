@@ -22,11 +22,13 @@ from duplex_es.inspect import Inspector
 from duplex_es.inspect.web import create_inspector_app
 from duplex_es.server.endpoints import Server, realtime, world
 from duplex_es.server.models import ModelMap
-from duplex_es.server.principals import Keyring
+from duplex_es.server.principals import Keyring, Principal
 from duplex_es.server.sessions import DEFAULT_MODEL, DuplexSessions
 from duplex_es.server.throttle import ResumeThrottle
 from duplex_es.snapshots import load_state
+from duplex_es.erasure import ErasureRefused, erase_session
 from duplex_es.store import Database, EventLog, KeyRing
+from duplex_es.store.datakeys import MasterKeys
 
 __all__ = ["create_app", "DEFAULT_MODEL"]
 
@@ -50,6 +52,7 @@ def create_app(
     models: ModelMap | None = None,
     commit_timeout_ms: float = 2000.0,
     chain_keys: KeyRing | None = None,
+    master_keys: MasterKeys | None = None,
     url_token_leeway_ms: int = 0,
 ) -> Starlette:
     """Build the server for one database.
@@ -72,6 +75,8 @@ def create_app(
         commit_timeout_ms: the longest a command waits for the log's write lock before it is
             refused with ``log_unavailable`` (ms).
         chain_keys: the chain key ring the log's hashes are signed with (``None``: unkeyed).
+        master_keys: the master key ring that wraps sessions' data keys (``None``: content
+            stored in the clear; docs/privacy.md).
         url_token_leeway_ms: how long a resume token that came in a URL may retry a lost reply
             after the resume that used it (ms; docs/security.md).
 
@@ -94,6 +99,7 @@ def create_app(
         models=models,
         commit_timeout_ms=commit_timeout_ms,
         chain_keys=chain_keys,
+        master_keys=master_keys,
         url_token_leeway_ms=url_token_leeway_ms,
     )
 
@@ -110,7 +116,8 @@ def create_app(
         routes=[
             WebSocketRoute("/v1/realtime", realtime),
             WebSocketRoute("/v1/world", world),
-            Route("/v1/sessions/{session_id}", session_state),
+            Route("/v1/sessions/{session_id}", session_state, methods=["GET"]),
+            Route("/v1/sessions/{session_id}", erase_session_content, methods=["DELETE"]),
             Route("/healthz", healthz),
             Route("/metrics", metrics),
         ],
@@ -121,8 +128,29 @@ def create_app(
     app.state.server = server
     # The inspector (docs/inspector.md): the same principals and ownership as the API; its
     # reads run in a thread pool, never on the loop that serves sessions.
-    app.router.routes.append(Mount("/inspect", app=create_inspector_app(Inspector(EventLog(db, keys=chain_keys)), authenticate=server.authenticate)))
+    app.router.routes.append(Mount("/inspect", app=create_inspector_app(Inspector(EventLog(db, keys=chain_keys, master_keys=master_keys)), authenticate=server.authenticate)))
     return app
+
+
+def _not_found(session_id: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": "session_not_found", "message": f"no session {session_id}"}}, status_code=404)
+
+
+async def _readable(request: Request, session_id: str, what: str) -> Principal | Response:
+    """The request's principal if it may read ``session_id``, else the answer to send: 401
+    without a valid key; 404 ``session_not_found`` for a session that is not there or not
+    theirs, alike."""
+    server: Server = request.app.state.server
+    principal = server.authenticate(request.headers)
+    if principal is None:
+        return JSONResponse({"error": {"code": "invalid_api_key", "message": "send Authorization: Bearer <key>"}}, status_code=401)
+    # The owner first, by one read whatever the session's state: the same work, and so the same
+    # time, for "not yours" as for "not there" (docs/security.md, "Ownership").
+    exists, owner = await server.sessions.owner_of(session_id)
+    if not exists or not principal.may_read(owner):
+        log.info("%s of %.64r refused to principal %s (not found or not theirs)", what, session_id, principal.name)
+        return _not_found(session_id)
+    return principal
 
 
 async def session_state(request: Request) -> Response:
@@ -131,17 +159,11 @@ async def session_state(request: Request) -> Response:
     asks) gets exactly the answer of one that does not exist: 404 ``session_not_found``."""
     server: Server = request.app.state.server
     sessions = server.sessions
-    principal = server.authenticate(request.headers)
-    if principal is None:
-        return JSONResponse({"error": {"code": "invalid_api_key", "message": "send Authorization: Bearer <key>"}}, status_code=401)
     session_id = request.path_params["session_id"]
-    not_found = JSONResponse({"error": {"code": "session_not_found", "message": f"no session {session_id}"}}, status_code=404)
-    # The owner first, by one read whatever the session's state: the same work, and so the same
-    # time, for "not yours" as for "not there" (docs/security.md, "Ownership").
-    exists, owner = await sessions.owner_of(session_id)
-    if not exists or not principal.may_read(owner):
-        log.info("session state of %.64r refused to principal %s (not found or not theirs)", session_id, principal.name)
-        return not_found
+    principal = await _readable(request, session_id, "session state")
+    if not isinstance(principal, Principal):
+        return principal
+    not_found = _not_found(session_id)
     host = sessions.get(session_id)
     if host is not None:
         state, live = host.state, True
@@ -152,6 +174,28 @@ async def session_state(request: Request) -> Response:
         return not_found
     # The lease shows resume-token digests: a digest of a 256-bit random token gives nothing away.
     return JSONResponse({"session_id": session_id, "live": live, "seq": state.seq, "state": to_plain(state)})
+
+async def erase_session_content(request: Request) -> Response:
+    """``DELETE /v1/sessions/{session_id}``: erase an ended session's content (docs/privacy.md,
+    "Erasure") for its owner (or an operator): its data key and snapshots destroyed, a
+    ``session.erased`` logged with the principal's name. 200 with what was done (``already``:
+    erased before); 404 ``session_not_found`` as for reads (another's session included); 409
+    ``session_live`` (end it first) or ``not_sealed`` (recorded without a master key)."""
+    sessions = request.app.state.server.sessions
+    session_id = request.path_params["session_id"]
+    principal = await _readable(request, session_id, "erasure")
+    if not isinstance(principal, Principal):
+        return principal
+    try:
+        done = await asyncio.to_thread(erase_session, sessions.log, session_id, by=principal.name, reason="request")
+    except ErasureRefused as err:
+        status = 404 if err.code == "session_not_found" else 409
+        return JSONResponse({"error": {"code": err.code, "message": str(err)}}, status_code=status)
+    log.info("session %s: content erased by principal %s (%d sealed events)", session_id, principal.name, done.sealed_events)
+    return JSONResponse(
+        {"session_id": session_id, "erased": True, "already": done.already, "seq": done.seq, "at_us": done.at_us, "sealed_events": done.sealed_events}
+    )
+
 
 async def healthz(request: Request) -> Response:
     """``GET /healthz``: up, how many sessions it hosts, which kind of database (never its URL),

@@ -432,7 +432,13 @@ class SessionHost:
             if plan.counted:
                 COMMANDS.labels("rejected" if plan.rejected else "accepted").inc()
                 if plan.rejected:
-                    log.info("session %s: rejected %s", self.session_id, plan.events[0])
+                    # The refusal's code and what it refused, not its message or excerpt: those
+                    # may quote what the client sent (the session's content, docs/privacy.md).
+                    why = plan.events[0]
+                    log.info(
+                        "session %s: rejected %s (%s%s)", self.session_id, getattr(why, "command_type", None) or why.TYPE,
+                        getattr(why, "code", "?"), f", param {why.param}" if getattr(why, "param", None) else "",
+                    )
             await self._publish(result.records, quiet=quiet)
             return list(result.records)
         raise RuntimeError(f"session {self.session_id}: gave up after {MAX_RETRIES} append conflicts")

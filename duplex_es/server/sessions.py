@@ -31,6 +31,7 @@ from duplex_es.server.models import DEFAULT_ENGINE, ModelMap
 from duplex_es.server.principals import Principal
 from duplex_es.server.trouble import log_failure
 from duplex_es.snapshots import load_state
+from duplex_es.store.datakeys import MasterKeys
 from duplex_es.store import (
     DEFAULT_OWNER_TTL_MS,
     Database,
@@ -151,6 +152,8 @@ class DuplexSessions:
             refused with ``log_unavailable`` (ms; docs/security.md, "No global stalls").
         chain_keys: the chain key ring the log's hashes are signed with (``None``: unkeyed;
             docs/security.md, "Tamper evidence").
+        master_keys: the master key ring wrapping the sessions' data keys (``None``: content
+            stored in the clear; docs/privacy.md).
         url_token_leeway_ms: how long after a resume whose token came in a URL that token may
             still retry a lost reply (docs/security.md).
     """
@@ -170,6 +173,7 @@ class DuplexSessions:
         models: Optional[ModelMap] = None,
         commit_timeout_ms: float = 2000.0,
         chain_keys: Optional[KeyRing] = None,
+        master_keys: Optional[MasterKeys] = None,
         url_token_leeway_ms: int = 0,
     ) -> None:
         self.models = models or ModelMap()
@@ -177,7 +181,7 @@ class DuplexSessions:
         if not MIN_OWNER_TTL_MS <= owner_ttl_ms <= MAX_OWNER_TTL_MS:
             raise ValueError(f"owner_ttl_ms must be {MIN_OWNER_TTL_MS}..{MAX_OWNER_TTL_MS}, got {owner_ttl_ms}")
         self.server_id = server_id or default_server_id()
-        self.log = EventLog(db, keys=chain_keys)
+        self.log = EventLog(db, keys=chain_keys, master_keys=master_keys)
         self.owners = SessionOwners(db, ttl_ms=owner_ttl_ms)
         # The backend says whether commits run on the event loop itself (GroupCommitWriter's ``inline``).
         self.writer = GroupCommitWriter(
@@ -188,7 +192,7 @@ class DuplexSessions:
         # its write timeout, so give them more than asyncio's default of cores + 4, lest the
         # reads of unaffected sessions (the log follower, loads) queue behind the stalled ones.
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="duplex-es-io")
-        self.snapshots = SnapshotStore(db)
+        self.snapshots = SnapshotStore(db, data_keys=self.log.data_keys)
         self.snapshot_every = snapshot_every
         self.idle_ttl_ms = idle_ttl_ms
         self.disconnect_grace_ms = disconnect_grace_ms

@@ -19,10 +19,10 @@ from duplex_es.store.backend import Backend
 
 __all__ = ["AppendSql"]
 
-#: Rows per multi-row INSERT: SQLite allows 32,766 bound variables in one statement (10 a row).
+#: Rows per multi-row INSERT: SQLite allows 32,766 bound variables in one statement (11 a row).
 ROWS_PER_INSERT = 1000
 
-_EVENT_COLUMNS = "session_id, seq, type, version, data, recorded_at_us, prev_hash, hash, key_id, payload"
+_EVENT_COLUMNS = "session_id, seq, type, version, data, recorded_at_us, prev_hash, hash, key_id, payload, sealed"
 
 
 class AppendSql:
@@ -67,7 +67,7 @@ class AppendSql:
         positions: list[int] = []
         for start in range(0, len(rows), ROWS_PER_INSERT):
             chunk = rows[start : start + ROWS_PER_INSERT]
-            values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
+            values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
             flat = [v for row in chunk for v in row]
             got = self._rows(raw, f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES {values} RETURNING position", flat)
             positions += sorted(r[0] for r in got)

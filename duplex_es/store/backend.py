@@ -49,10 +49,10 @@ __all__ = [
 ]
 
 #: What :meth:`Backend.claim_ticks` returns for each tick it claimed: ``(request_id, session_id,
-#: seq, kind, attempts, type, version, data)`` — the ``ticks`` row after the claim and the
-#: stored ``tick.issued`` event it mirrors (``type``, ``version``, ``data`` as in ``events``; a
-#: tick request keeps no payload: ``duplex_es.events.codec.PAYLOAD_AUDIO``).
-ClaimedRow = tuple[str, str, int, str, int, str, int, str]
+#: seq, kind, attempts, type, version, data, payload, sealed)`` — the ``ticks`` row after the
+#: claim and the stored ``tick.issued`` event it mirrors (``type`` to ``sealed`` as in
+#: ``events``: a tick request's payload is its sealed content, if any; docs/privacy.md).
+ClaimedRow = tuple[str, str, int, str, int, str, int, str, Optional[bytes], Optional[int]]
 
 
 class DatabaseNotFound(LogError, FileNotFoundError):

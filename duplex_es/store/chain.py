@@ -36,6 +36,7 @@ __all__ = [
     "event_hash",
     "key_id_of",
     "new_key_line",
+    "read_key_file",
 ]
 
 #: ``prev_hash`` of a session's first event.
@@ -49,8 +50,22 @@ class ChainKeyError(LogError):
     """A chain key file is missing, unreadable or malformed (the message names the file and line)."""
 
 
+def _version_field(version: int, sealed: Optional[int]) -> str:
+    # A sealed row's format joins its version ("1/sealed1"): an unsealed row's version is a bare
+    # integer, so clearing the column (to have the ciphertext read as audio) changes the hash.
+    return f"{version}" if sealed is None else f"{version}/sealed{sealed}"
+
+
 def event_hash(
-    prev_hash: str, session_id: str, seq: int, type_: str, version: int, data: str, recorded_at_us: int, payload: Optional[bytes] = None
+    prev_hash: str,
+    session_id: str,
+    seq: int,
+    type_: str,
+    version: int,
+    data: str,
+    recorded_at_us: int,
+    payload: Optional[bytes] = None,
+    sealed: Optional[int] = None,
 ) -> str:
     """SHA-256 (hex) of one event chained to ``prev_hash``: the unkeyed chain.
 
@@ -58,15 +73,48 @@ def event_hash(
     and wire names have no NUL), so two different events never produce the same input. A row's
     ``payload`` (its audio as bytes, :func:`duplex_es.events.codec.encode_row`) follows the
     JSON after a NUL, which JSON text never holds (control characters are escaped); a row
-    without one hashes as every row did before the payload column.
+    without one hashes as every row did before the payload column. A sealed row
+    (``sealed``: its format, docs/privacy.md) hashes its version as ``"1/sealed1"``, and its
+    payload is the ciphertext: the chain verifies without any data key, erased or not.
     """
     h = hashlib.sha256()
-    h.update(f"{prev_hash}\0{session_id}\0{seq}\0{type_}\0{version}\0{recorded_at_us}\0".encode())
+    h.update(f"{prev_hash}\0{session_id}\0{seq}\0{type_}\0{_version_field(version, sealed)}\0{recorded_at_us}\0".encode())
     h.update(data.encode())
     if payload is not None:
         h.update(b"\0")
         h.update(payload)
     return h.hexdigest()
+
+
+def read_key_file(path: str | os.PathLike[str], what: str, min_bytes: int, error: type[Exception], hint: str, max_bytes: Optional[int] = None) -> list[bytes]:
+    """The keys of a key file: one hex key per line, ``#`` comments and blank lines skipped, in
+    file order (the first is the one in use).
+
+    Raises:
+        error: the file cannot be read, holds no key, or a line is not a hex key of
+            ``min_bytes`` (to ``max_bytes``) bytes — named by line number, never by content.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{what} file {p}: cannot read it: {exc}") from exc
+    keys: list[bytes] = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        try:
+            key = bytes.fromhex(line)
+        except ValueError:
+            raise error(f"{what} file {p}, line {n}: not a hex key") from None
+        if len(key) < min_bytes or (max_bytes is not None and len(key) > max_bytes):
+            size = f"{min_bytes}" if max_bytes == min_bytes else f"at least {min_bytes}"
+            raise error(f"{what} file {p}, line {n}: {len(key)} bytes; a {what} needs {size}")
+        keys.append(key)
+    if not keys:
+        raise error(f"{what} file {p}: no key in it (one hex key per line; {hint})")
+    return keys
 
 
 def key_id_of(key: bytes) -> str:
@@ -104,6 +152,7 @@ class KeyRing:
         data: str,
         recorded_at_us: int,
         payload: Optional[bytes] = None,
+        sealed: Optional[int] = None,
     ) -> Optional[str]:
         """The stored hash of a keyed event: HMAC-SHA256 (hex, 64 chars) under key ``key_id``
         of the key id and the fields :func:`event_hash` covers (the payload as there);
@@ -112,7 +161,7 @@ class KeyRing:
         if start is None:
             return None
         h = start.copy()
-        h.update(f"{key_id}\0{prev_hash}\0{session_id}\0{seq}\0{type_}\0{version}\0{recorded_at_us}\0".encode())
+        h.update(f"{key_id}\0{prev_hash}\0{session_id}\0{seq}\0{type_}\0{_version_field(version, sealed)}\0{recorded_at_us}\0".encode())
         h.update(data.encode())
         if payload is not None:
             h.update(b"\0")
@@ -151,23 +200,4 @@ class KeyRing:
             ChainKeyError: the file cannot be read, holds no key, or a line is not a hex key
                 long enough (named by line number, never by content).
         """
-        p = Path(path)
-        try:
-            text = p.read_text(encoding="ascii")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ChainKeyError(f"chain key file {p}: cannot read it: {exc}") from exc
-        keys: list[bytes] = []
-        for n, line in enumerate(text.splitlines(), start=1):
-            line = line.split("#", 1)[0].strip()
-            if not line:
-                continue
-            try:
-                key = bytes.fromhex(line)
-            except ValueError:
-                raise ChainKeyError(f"chain key file {p}, line {n}: not a hex key") from None
-            if len(key) < KEY_BYTES:
-                raise ChainKeyError(f"chain key file {p}, line {n}: {len(key)} bytes; a chain key needs at least {KEY_BYTES}")
-            keys.append(key)
-        if not keys:
-            raise ChainKeyError(f"chain key file {p}: no key in it (one hex key per line; `duplex-es chain-key new {p}` makes one)")
-        return cls.from_keys(keys)
+        return cls.from_keys(read_key_file(path, "chain key", KEY_BYTES, ChainKeyError, f"`duplex-es chain-key new {path}` makes one"))

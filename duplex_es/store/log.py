@@ -19,14 +19,16 @@ from sqlalchemy.engine import Connection
 
 from duplex_es.errors import LogError
 from duplex_es.events import Event, TickCanceller, TickRequest, decode
-from duplex_es.events.codec import encode_row
+from duplex_es.events.codec import encode_row, encode_sealed_row
 from duplex_es.store.chain import GENESIS, KeyRing, event_hash
+from duplex_es.store.datakeys import SEALED_V1, DataKeys, MasterKeys, SessionErased, decode_stored, destroy_key_in, seal
 from duplex_es.store.appendsql import AppendSql
 from duplex_es.store.database import Database, driver_connection
 from duplex_es.store.gcpause import collector_paused
 from duplex_es.store.ownership import Fence, OwnershipLost
 from duplex_es.store.schema import events as events_t
 from duplex_es.store.schema import ticks as ticks_t
+from duplex_es.store.snapshots import SnapshotStore
 
 __all__ = [
     "ANY_SEQ",
@@ -54,6 +56,9 @@ class Recorded:
     event: Event
     recorded_at_us: int
     hash: str
+    #: the event's content is sealed and was not opened here (its session was erased, or this
+    #: reader holds no master key): its content fields read empty (docs/privacy.md)
+    withheld: bool = False
 
 
 @attrs.frozen
@@ -71,6 +76,7 @@ class RawRecord:
     hash: str
     key_id: Optional[str] = None  # the chain key whose HMAC ``hash`` is; None: unkeyed
     payload: Optional[bytes] = None  # the audio as bytes (duplex_es.events.codec.encode_row); None: all in ``data``
+    sealed: Optional[int] = None  # the payload is sealed content in this format (duplex_es.store.datakeys)
 
 
 @attrs.frozen
@@ -149,13 +155,14 @@ _COLUMNS = (
     events_t.c.hash,
     events_t.c.key_id,
     events_t.c.payload,
+    events_t.c.sealed,
 )
 
 
 #: A session's rows in seq order, for the driver (``?`` placeholders; the backend turns them into
 #: its driver's): the columns of :data:`_COLUMNS`, in their order.
 _RANGE_SQL = (
-    "SELECT position, session_id, seq, type, version, data, recorded_at_us, prev_hash, hash, key_id, payload "
+    "SELECT position, session_id, seq, type, version, data, recorded_at_us, prev_hash, hash, key_id, payload, sealed "
     "FROM events WHERE session_id = ? AND seq > ?"
 )
 
@@ -163,7 +170,7 @@ _RANGE_SQL = (
 #: one asked for, and ``prev_hash`` and ``key_id`` only the audit reads. One string fewer per
 #: column left out: a fifth of a one-hour session's select (docs/performance.md, "Audio as
 #: bytes").
-_DECODE_SQL = "SELECT position, seq, type, version, data, recorded_at_us, hash, payload FROM events WHERE session_id = ? AND seq > ?"
+_DECODE_SQL = "SELECT position, seq, type, version, data, recorded_at_us, hash, payload, sealed FROM events WHERE session_id = ? AND seq > ?"
 
 #: Reads of at least this many rows decode with the cyclic garbage collector paused
 #: (:mod:`duplex_es.store.gcpause`): rebuilds, audits, the inspector's pages of 5000 events —
@@ -176,29 +183,32 @@ def _raw(row: sa.Row) -> RawRecord:
 
 
 def _recorded(
-    position: int, session_id: str, seq: int, type_: str, version: int, data: str, recorded_at_us: int, hash_: str, payload: Optional[bytes]
+    position: int,
+    session_id: str,
+    seq: int,
+    type_: str,
+    version: int,
+    data: str,
+    recorded_at_us: int,
+    hash_: str,
+    payload: Optional[bytes],
+    sealed: Optional[int] = None,
+    data_keys: Optional[DataKeys] = None,
 ) -> Recorded:
-    """One stored event decoded, with its log coordinates.
+    """One stored event decoded, with its log coordinates (a sealed row opened with
+    ``data_keys``, or read as withheld).
 
     Raises:
-        StoredEventError: the event cannot be decoded (its position named).
+        StoredEventError: the event cannot be decoded or its sealed content does not open
+            (its position named).
     """
     try:
-        ev = decode(type_, version, data, payload)
+        if sealed is None:
+            return Recorded(position, session_id, seq, decode(type_, version, data, payload), recorded_at_us, hash_)
+        ev, withheld = decode_stored(data_keys, session_id, seq, type_, version, data, payload, sealed)
     except Exception as exc:
         raise StoredEventError(position, session_id, seq, exc) from exc
-    return Recorded(position, session_id, seq, ev, recorded_at_us, hash_)
-
-
-def _decode_row(row: Sequence[Any]) -> Recorded:
-    """A stored row (the columns of :data:`_COLUMNS`, in order) decoded, without the
-    :class:`RawRecord` in between."""
-    position, session_id, seq, type_, version, data, recorded_at_us, _prev_hash, hash_, _key_id, payload = row
-    return _recorded(position, session_id, seq, type_, version, data, recorded_at_us, hash_, payload)
-
-
-def _decode(raw: RawRecord) -> Recorded:
-    return _recorded(raw.position, raw.session_id, raw.seq, raw.type, raw.version, raw.data, raw.recorded_at_us, raw.hash, raw.payload)
+    return Recorded(position, session_id, seq, ev, recorded_at_us, hash_, withheld)
 
 
 class EventLog:
@@ -210,17 +220,28 @@ class EventLog:
             appends are signed with its signing key, and audits verify with all of its keys.
             ``None``: the unkeyed chain, which detects edits only by someone who does not
             recompute it (docs/security.md, "Tamper evidence").
+        master_keys: the master key ring (:class:`~duplex_es.store.datakeys.MasterKeys`):
+            the content of the events this log appends is sealed under per-session data keys
+            it wraps, and sealed content is opened when read. ``None``: content is stored in
+            the clear, and sealed content reads as withheld (docs/privacy.md).
     """
 
-    def __init__(self, db: Database, keys: Optional[KeyRing] = None) -> None:
+    def __init__(self, db: Database, keys: Optional[KeyRing] = None, master_keys: Optional[MasterKeys] = None) -> None:
         self.db = db
         self.keys = keys
+        self.data_keys = DataKeys(master_keys, db) if master_keys is not None else None
         self._sql = AppendSql(db.backend)
         # SQLite lets any column hold any type: a payload edited into TEXT (an attack, or a
         # careless fix) would make sqlite3 fail the whole fetch ("Could not decode to UTF-8"),
         # so the raw reads take it as bytes, and the chain check names the edited row.
         blob = "CAST(payload AS BLOB)" if db.backend.name == "sqlite" else "payload"
-        self._range_sql, self._decode_sql = (q.replace(" payload FROM", f" {blob} FROM") for q in (_RANGE_SQL, _DECODE_SQL))
+        self._range_sql, self._decode_sql = (q.replace(" payload, sealed FROM", f" {blob}, sealed FROM") for q in (_RANGE_SQL, _DECODE_SQL))
+
+    def _decode_raw(self, raw: RawRecord) -> Recorded:
+        """A stored row decoded (see :func:`_recorded`)."""
+        return _recorded(
+            raw.position, raw.session_id, raw.seq, raw.type, raw.version, raw.data, raw.recorded_at_us, raw.hash, raw.payload, raw.sealed, self.data_keys
+        )
 
     # ---------------------------------------------------------------------------------- writes
 
@@ -307,6 +328,8 @@ class EventLog:
         now = _now_us()
         keys = self.keys
         key_id = keys.signing_id if keys is not None else None
+        # Sealing (docs/privacy.md): each session's data key, created here for a new session.
+        ciphers = self.data_keys.for_write(raw, sids, now) if self.data_keys is not None else None
         for i, r in enumerate(requests):
             if r.fence is not None:
                 owner = owners.get(r.session_id)
@@ -319,7 +342,7 @@ class EventLog:
                     repeats.append((i, last))
                 else:
                     stored = self._read_range(conn, r.session_id, first - 1, last)
-                    outcomes[i] = AppendResult(tuple(_decode(x) for x in stored), duplicate=True)
+                    outcomes[i] = AppendResult(tuple(self._decode_raw(x) for x in stored), duplicate=True)
                 continue
             head_seq, prev_hash = heads.get(r.session_id, (0, GENESIS))
             if r.expected_seq != ANY_SEQ and r.expected_seq != head_seq:
@@ -329,13 +352,24 @@ class EventLog:
                 outcomes[i] = AppendResult(())
                 continue
             first_row = len(rows)
+            refused = None
             for ev in r.events:
-                type_, version, data, payload = encode_row(ev)
+                sealed = None
+                if ciphers is None:
+                    type_, version, data, payload = encode_row(ev)
+                else:
+                    type_, version, data, payload, plaintext = encode_sealed_row(ev)
+                    if plaintext is not None:
+                        cipher = ciphers.get(r.session_id)
+                        if cipher is None:  # erased: its content must not be recorded again
+                            refused = SessionErased(r.session_id)
+                            break
+                        payload, sealed = seal(cipher, r.session_id, head_seq + 1, type_, version, plaintext), SEALED_V1
                 head_seq += 1
                 if keys is None:
-                    digest = event_hash(prev_hash, r.session_id, head_seq, type_, version, data, now, payload)
+                    digest = event_hash(prev_hash, r.session_id, head_seq, type_, version, data, now, payload, sealed)
                 else:  # the signing key is in the ring by construction
-                    digest = keys.sign(key_id, prev_hash, r.session_id, head_seq, type_, version, data, now, payload)  # type: ignore[arg-type,assignment]
+                    digest = keys.sign(key_id, prev_hash, r.session_id, head_seq, type_, version, data, now, payload, sealed)  # type: ignore[arg-type,assignment]
                 rows.append(
                     {
                         "session_id": r.session_id,
@@ -348,10 +382,15 @@ class EventLog:
                         "hash": digest,
                         "key_id": key_id,
                         "payload": payload,
+                        "sealed": sealed,
                         "_event": ev,
                     }
                 )
                 prev_hash = digest
+            if refused is not None:
+                del rows[first_row:]
+                outcomes[i] = refused
+                continue
             heads[r.session_id] = (head_seq, prev_hash)
             spans.append((i, first_row, len(rows)))
             if r.idempotency_key is not None:
@@ -360,7 +399,7 @@ class EventLog:
                     {"session_id": r.session_id, "key": r.idempotency_key, "first_seq": rows[first_row]["seq"], "last_seq": head_seq}
                 )
         if rows:
-            columns = ("session_id", "seq", "type", "version", "data", "recorded_at_us", "prev_hash", "hash", "key_id", "payload")
+            columns = ("session_id", "seq", "type", "version", "data", "recorded_at_us", "prev_hash", "hash", "key_id", "payload", "sealed")
             positions = sql.insert_events(raw, [tuple(row[c] for c in columns) for row in rows])
             if new_keys:
                 sql.insert_keys(raw, [(k["session_id"], k["key"], k["first_seq"], k["last_seq"]) for k in new_keys])
@@ -375,6 +414,34 @@ class EventLog:
         for i, earlier in repeats:
             outcomes[i] = AppendResult(outcomes[earlier].records, duplicate=True)  # type: ignore[union-attr]
         return outcomes  # type: ignore[return-value]
+
+    def erase(self, session_id: str, events: Sequence[Event], *, expected_seq: int) -> tuple[AppendResult, bool, int]:
+        """Erase a session's content (docs/privacy.md, "Erasure"), in one transaction: append
+        ``events`` (the erasure's own: the session's end if it had none, then its
+        ``session.erased``), destroy its data key, delete its snapshots. On SQLite the freed
+        pages are overwritten (``secure_delete``) and the WAL is checkpointed after the commit,
+        so the destroyed wrapped key is not left in the file.
+
+        Returns:
+            ``(the append's result, whether a data key was destroyed, snapshots deleted)``.
+
+        Raises:
+            WrongExpectedSeq: the session moved on; nothing was done.
+        """
+        sqlite = self.db.backend.name == "sqlite"
+        with self.db.write() as conn:
+            raw = driver_connection(conn)
+            if sqlite:
+                raw.execute("PRAGMA secure_delete = ON")
+            result = self.append_in(conn, session_id, events, expected_seq=expected_seq)
+            destroyed = destroy_key_in(raw, self.db.backend.sql, session_id, _now_us())
+            dropped = SnapshotStore(self.db).delete_in(conn, session_id)
+        if self.data_keys is not None:
+            self.data_keys.forget(session_id)
+        if sqlite:  # outside any transaction: a checkpoint inside one cannot reset the WAL
+            with self.db.engine.connect() as conn:
+                driver_connection(conn).execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        return result, destroyed, dropped
 
     @staticmethod
     def _mirror_ticks(conn: Connection, records: Iterable[Recorded]) -> None:
@@ -433,8 +500,9 @@ class EventLog:
             rows = self._range_rows(conn, session_id, after_seq, up_to_seq, self._decode_sql)
         out: list[Recorded] = []
         with collector_paused(len(rows) >= BULK_ROWS):
-            for i, (position, seq, type_, version, data, recorded_at_us, hash_, payload) in enumerate(rows):
-                out.append(_recorded(position, session_id, seq, type_, version, data, recorded_at_us, hash_, payload))
+            keys = self.data_keys
+            for i, (position, seq, type_, version, data, recorded_at_us, hash_, payload, sealed) in enumerate(rows):
+                out.append(_recorded(position, session_id, seq, type_, version, data, recorded_at_us, hash_, payload, sealed, keys))
                 rows[i] = None  # type: ignore[call-overload]  # decoded: free its text now, not with the list
         return out
 
@@ -448,7 +516,7 @@ class EventLog:
                 .where(events_t.c.session_id == session_id, events_t.c.seq.in_(tuple(seqs)))
                 .order_by(events_t.c.seq)
             )
-            return [_decode_row(r) for r in rows]
+            return [self._decode_raw(RawRecord(*r)) for r in rows]
 
     def applied_key(self, session_id: str, key: str) -> tuple[int, int] | None:
         """The ``(first_seq, last_seq)`` a batch appended under idempotency ``key`` wrote in the
@@ -474,7 +542,7 @@ class EventLog:
         Positions follow commit order on both backends, so a reader that remembers the last
         position it saw never skips a committed event (docs/architecture.md, I8).
         """
-        return [_decode(r) for r in self.tail_raw(after_position, limit)]
+        return [self._decode_raw(r) for r in self.tail_raw(after_position, limit)]
 
     def tail_raw(self, after_position: int = 0, limit: int = 1000) -> list[RawRecord]:
         """:meth:`tail` without decoding."""
@@ -564,7 +632,7 @@ class EventLog:
             for i in range(0, len(ids), 500):  # bounded IN lists
                 q = sa.select(*_COLUMNS).where(events_t.c.seq == 1, events_t.c.session_id.in_(ids[i : i + 500]))
                 for row in conn.execute(q):
-                    rec = _decode_row(row)
+                    rec = self._decode_raw(RawRecord(*row))
                     out[rec.session_id] = rec
         return out
 

@@ -131,7 +131,7 @@ class PostgresBackend(Backend):
                   WHERE ticks.request_id = ANY(ARRAY(SELECT request_id FROM picked))
                     AND events.session_id = ticks.session_id AND events.seq = ticks.seq
                   RETURNING ticks.position, ticks.request_id, ticks.session_id, ticks.seq, ticks.kind, ticks.attempts,
-                            events.type, events.version, events.data"""
+                            events.type, events.version, events.data, events.payload, events.sealed"""
         params = (now_us, *kinds, *exclude_sessions, limit, now_us, *kinds, token, worker_id, until_us)
         with db.engine.connect() as conn:
             rows = driver_connection(conn).execute(sql, params).fetchall()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-__all__ = ["metadata", "events", "idempotency", "ticks", "snapshots", "session_owners"]
+__all__ = ["metadata", "events", "idempotency", "ticks", "snapshots", "session_owners", "session_keys"]
 
 metadata = sa.MetaData()
 
@@ -19,7 +19,8 @@ Position = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 #: ``hash`` chains each event to the previous event of its session; ``key_id`` names the chain
 #: key whose HMAC ``hash`` is (NULL: the unkeyed chain; duplex_es.store.chain); ``payload`` holds
 #: the audio of appends and engine outputs as bytes (NULL: everything is in ``data``;
-#: duplex_es.events.codec.encode_row).
+#: duplex_es.events.codec.encode_row), or, when ``sealed`` is set, the event's content sealed
+#: under its session's data key (duplex_es.store.datakeys; docs/privacy.md).
 events = sa.Table(
     "events",
     metadata,
@@ -34,6 +35,7 @@ events = sa.Table(
     sa.Column("hash", sa.String(64), nullable=False),
     sa.Column("key_id", sa.String(16), nullable=True),
     sa.Column("payload", sa.LargeBinary(), nullable=True),
+    sa.Column("sealed", sa.SmallInteger(), nullable=True),
     sa.UniqueConstraint("session_id", "seq", name="uq_events_session_seq"),
     sqlite_autoincrement=True,
 )
@@ -94,4 +96,18 @@ session_owners = sa.Table(
     sa.Column("expires_at_us", sa.BigInteger(), nullable=False),
     sa.Index("ix_session_owners_expires", "expires_at_us"),
     sa.Index("ix_session_owners_owner", "owner_id"),
+)
+
+#: Each sealed session's data key, wrapped by a master key (duplex_es.store.datakeys,
+#: docs/privacy.md): ``master_key_id`` names the master key, ``wrapped`` is the AES-GCM
+#: ciphertext of the data key. An erasure sets both to NULL and ``erased_at_us``: the row stays,
+#: a tombstone that refuses later content. Mutable (rotation rewraps), unlike the log.
+session_keys = sa.Table(
+    "session_keys",
+    metadata,
+    sa.Column("session_id", sa.String(128), primary_key=True),
+    sa.Column("master_key_id", sa.String(16), nullable=True),
+    sa.Column("wrapped", sa.LargeBinary(), nullable=True),
+    sa.Column("created_at_us", sa.BigInteger(), nullable=False),
+    sa.Column("erased_at_us", sa.BigInteger(), nullable=True),
 )

@@ -188,6 +188,6 @@ class SqliteBackend(Backend):
             ).fetchall()
             out: list[ClaimedRow] = []
             for _, request_id, session_id, seq, kind, attempts in sorted(claimed):
-                ev = raw.execute("SELECT type, version, data FROM events WHERE session_id = ? AND seq = ?", (session_id, seq)).fetchone()
+                ev = raw.execute("SELECT type, version, data, payload, sealed FROM events WHERE session_id = ? AND seq = ?", (session_id, seq)).fetchone()
                 out.append((request_id, session_id, seq, kind, attempts, *ev))
             return out

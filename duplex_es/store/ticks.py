@@ -29,7 +29,8 @@ import attrs
 import sqlalchemy as sa
 
 from duplex_es.errors import LogError
-from duplex_es.events import Event, TickRequest, decode
+from duplex_es.events import Event, TickRequest
+from duplex_es.store.datakeys import decode_stored
 from duplex_es.store.log import ANY_SEQ, AppendRequest, EventLog, Recorded
 from duplex_es.store.schema import ticks as ticks_t
 
@@ -58,6 +59,9 @@ class Claim:
     claimed_until_us: int
     attempts: int
     tick: TickRequest
+    #: the tick's content is sealed and this worker holds no key for it (no master key, or the
+    #: session was erased): its inputs read empty (docs/privacy.md)
+    withheld: bool = False
 
 
 class ClaimLost(LogError):
@@ -145,10 +149,10 @@ class TickQueue:
             exclude_sessions=tuple(exclude_sessions),
         )
         claims = []
-        for request_id, session_id, seq, kind, attempts, type_, version, data in rows:
-            tick = decode(type_, version, data)
+        for request_id, session_id, seq, kind, attempts, type_, version, data, payload, sealed in rows:
+            tick, withheld = decode_stored(self.log.data_keys, session_id, seq, type_, version, data, payload, sealed)
             assert isinstance(tick, TickRequest), f"ticks row {request_id} points at a {tick.TYPE}"
-            claims.append(Claim(request_id, session_id, seq, kind, token, until, attempts, tick))
+            claims.append(Claim(request_id, session_id, seq, kind, token, until, attempts, tick, withheld))
         return claims
 
     def extend(self, claim: Claim, *, ttl_ms: int, now_us: int | None = None) -> Claim:

@@ -32,6 +32,16 @@ __all__ = ["BatchStats", "Worker"]
 
 log = logging.getLogger(__name__)
 
+#: The failure code of a tick whose content this worker cannot open (docs/privacy.md).
+CONTENT_WITHHELD = "content_withheld"
+
+
+def _withheld_message(session_id: str) -> str:
+    return (
+        f"session {session_id}: its content is sealed and this worker cannot open it (start the worker with the "
+        "servers' --master-key-file; or the session was erased)"
+    )
+
 
 #: The fallback poll interval of an idle worker that listens for new ticks (PostgreSQL), in ms.
 PG_FALLBACK_POLL_MS = 100
@@ -195,6 +205,8 @@ class Worker:
         if [r.seq for r in records] != seqs:
             raise EngineError("input_missing", f"audio events {seqs} are not all in the log")
         for r in records:
+            if r.withheld:  # silence would be answered as if it had been said
+                raise EngineError(CONTENT_WITHHELD, _withheld_message(session_id))
             if not isinstance(r.event, (AudioAppended, ItemCreated, ResponseCreated)):
                 raise EngineError("input_missing", f"seq {r.seq} is a {r.event.TYPE}, which holds no input audio")
         return segments_audio({r.seq: r.event for r in records}, segments, bytes_per_sample)
@@ -279,6 +291,10 @@ class Worker:
             ctxs: list[Any] = []
             for i in idx:
                 c = claims[i]
+                if c.withheld:
+                    answers[i] = self._failed(c, EngineError(CONTENT_WITHHELD, _withheld_message(c.session_id)))
+                    ctxs.append(None)
+                    continue
                 try:
                     ctxs.append(contract.context(c.session_id, c.tick, self.read_audio))
                 except Exception as exc:

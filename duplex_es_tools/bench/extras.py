@@ -191,3 +191,57 @@ def reply_latency(url: str, folder: Path, turns: int) -> dict[str, Any]:
         **duplex.summary_ms(),
         "note": f"turn-based with server VAD, same run: p50 {tb.get('p50_ms')} ms, p99 {tb.get('p99_ms')} ms",
     }
+
+
+def sealed_turn_size(folder: Path) -> dict[str, Any]:
+    """Issue 17: what one spoken turn (the 5.2 s fixture question and its spoken answer) takes in
+    the log, stored sealed (``serve`` and ``worker`` with ``--master-key-file``, read back from
+    the rows), beside what the same events take in the clear (audio as bytes, migration 0005)
+    and with the audio as base64 inside the JSON (before 0005): ``data`` + ``payload`` bytes."""
+    import base64 as _b64
+
+    from duplex_es.events import encode
+    from duplex_es.events.codec import encode_row
+    from duplex_es.store import Database, EventLog
+    from duplex_es.store.datakeys import MasterKeys
+    from duplex_es_tools.bench.ours import BENCH_MASTER_KEY
+    from duplex_es_tools.conversation import default_audio, read_wav_pcm16, speak_and_listen
+    from duplex_es_tools.processes import free_port, start_server, start_worker, wait_healthy
+
+    folder.mkdir(parents=True, exist_ok=True)
+    key = folder / "master.key"
+    key.write_text(BENCH_MASTER_KEY.hex() + "\n")
+    key.chmod(0o600)
+    url = f"sqlite:///{folder / 'turn.db'}"
+    pcm = read_wav_pcm16(default_audio())
+    port = free_port()
+    keyed = ["--log-level", "WARNING", "--master-key-file", str(key)]
+    server = start_server(url, port, folder / "serve.log", keyed)
+    worker = start_worker(url, folder / "worker.log", keyed)
+    try:
+        wait_healthy(port, server)
+        turn = asyncio.run(speak_and_listen(f"ws://127.0.0.1:{port}/v1", pcm))
+    finally:
+        worker.stop()
+        server.stop()
+    db = Database(url)
+    try:
+        log = EventLog(db, master_keys=MasterKeys.from_keys([BENCH_MASTER_KEY]))
+        raw = log.read_raw(turn.session_id)
+        events = [r.event for r in log.read_session(turn.session_id)]
+    finally:
+        db.dispose()
+    sealed = sum(len(r.data.encode()) + len(r.payload or b"") for r in raw)
+    clear = sum(len(d.encode()) + len(p or b"") for _, _, d, p in map(encode_row, events))
+    base64_json = sum(len(encode(e)[2].encode()) for e in events)
+    answer_ms = sum(len(_b64.b64decode(e["delta"])) for e in turn.events if e["type"] == "response.output_audio.delta") * 1000 // 48000
+    return {
+        "measurement": f"stored size of a spoken turn ({len(pcm) * 1000 // 48000} ms question + {answer_ms} ms spoken answer), sealed",
+        "n": len(raw),
+        "events_per_s": None,
+        "note": (
+            f"sealed {sealed:,} bytes; in the clear with audio as bytes {clear:,} bytes (sealed / clear = {sealed / clear:.3f}); "
+            f"audio as base64 in the JSON (before migration 0005) {base64_json:,} bytes (sealed / that = {sealed / base64_json:.3f}); "
+            f"{sum(r.sealed is not None for r in raw)} of {len(raw)} events sealed; data + payload columns"
+        ),
+    }

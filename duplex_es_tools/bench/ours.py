@@ -21,9 +21,13 @@ from duplex_es_tools.bench.workload import history_event, opened, text_event, ti
 
 __all__ = [
     "writer_class",
+    "sealing_log",
+    "can_seal",
+    "BENCH_MASTER_KEY",
     "OursAppend",
     "OursConcurrent",
     "rebuild",
+    "sealed_history",
     "Loader",
     "TickFeeder",
     "claim_loop",
@@ -39,6 +43,26 @@ def writer_class() -> Optional[type]:
     except ImportError:
         return None
     return GroupCommitWriter
+
+
+#: The master key of the bench's sealed contenders (issue 17: the cost of sealing, measured
+#: beside the same path in the clear). A constant: the bench measures, it protects nothing.
+BENCH_MASTER_KEY = bytes(range(32))
+
+
+def can_seal() -> bool:
+    """Whether this tree seals content (``EventLog(master_keys=...)``, issue 17)."""
+    return "master_keys" in inspect.signature(EventLog).parameters
+
+
+def sealing_log(db: Database) -> Optional[EventLog]:
+    """An ``EventLog`` that seals content under :data:`BENCH_MASTER_KEY`, or ``None`` if this
+    tree cannot seal (before issue 17)."""
+    if not can_seal():
+        return None
+    from duplex_es.store.datakeys import MasterKeys
+
+    return EventLog(db, master_keys=MasterKeys.from_keys([BENCH_MASTER_KEY]))  # type: ignore[call-arg]
 
 
 def wakeup_api() -> Optional[tuple[type, str]]:
@@ -57,9 +81,9 @@ class OursAppend(SerialContender):
     committed on it (``inline``, when the tree has it), on PostgreSQL in the writer's thread
     (``writer.append``, blocking)."""
 
-    def __init__(self, bdb: BenchDatabase, *, batch: int = 1, via_writer: bool = False, session_id: str = "bench-ours") -> None:
+    def __init__(self, bdb: BenchDatabase, *, batch: int = 1, via_writer: bool = False, session_id: str = "bench-ours", sealed: bool = False) -> None:
         self.db = bdb.duplex()
-        self.log = EventLog(self.db)
+        self.log = (sealing_log(self.db) if sealed else None) or EventLog(self.db)
         self.events_per_op = batch
         self.name = "duplex_es " + ("GroupCommitWriter.append" if via_writer else "EventLog.append")
         self.writer: Any = None
@@ -74,6 +98,8 @@ class OursAppend(SerialContender):
                 loop = self._loop = asyncio.new_event_loop()
                 self._append = lambda *a, **k: loop.run_until_complete(self.writer.append_async(*a, **k))
                 self.name = "duplex_es GroupCommitWriter.append_async, inline on an event loop (the server's SQLite path)"
+        if sealed:
+            self.name += ", content sealed (--master-key-file)"
         self.session_id = session_id
         self.seq = self._append(session_id, [opened(session_id)], expected_seq=0).last_seq
 
@@ -122,6 +148,15 @@ class OursConcurrent(ThreadedContender):
         if self.writer is not None:
             self.writer.close()
         self.db.dispose()
+
+
+def sealed_history(log: EventLog, session_id: str, upto_seq: int, batch: int = 1000) -> None:
+    """Write :func:`~duplex_es_tools.bench.workload.history_event` ``1 .. upto_seq`` to
+    ``session_id`` through ``log.append`` (``log`` sealing: row 5's sealed session), in
+    batches of ``batch`` events."""
+    for start in range(1, upto_seq + 1, batch):
+        end = min(upto_seq, start + batch - 1)
+        log.append(session_id, [history_event(session_id, s) for s in range(start, end + 1)], expected_seq=start - 1)
 
 
 def rebuild(log: EventLog, session_id: str) -> Callable[[], int]:

@@ -11,7 +11,7 @@ from duplex_es.store import EventLog
 from duplex_es_tools.bench.context import BenchContext
 from duplex_es_tools.bench.histogram import Latencies
 from duplex_es_tools.bench.order_check import TailWatcher, static_order
-from duplex_es_tools.bench.ours import OursAppend, OursConcurrent, writer_class
+from duplex_es_tools.bench.ours import OursAppend, OursConcurrent, can_seal, writer_class
 from duplex_es_tools.bench.peer_eventsourcing import EsConcurrent, EsSave
 from duplex_es_tools.bench.peer_raw import RawAppend, RawConcurrent
 from duplex_es_tools.bench.report import Comparison, Row, build_row, comparison, not_measured
@@ -47,6 +47,9 @@ def single_event_row(ctx: BenchContext, backend: str) -> Row:
     makers: list[tuple[str, Any]] = [("ours-plain", lambda b: OursAppend(b))]
     if has_writer:
         makers.append(("ours-writer", lambda b: OursAppend(b, via_writer=True)))
+    sealing = can_seal()
+    if sealing:  # issue 17: the cost of sealing, beside the same path in the clear
+        makers.append(("ours-sealed", lambda b: OursAppend(b, via_writer=has_writer, sealed=True)))
     makers += [("es", lambda b: EsSave(b)), ("raw", lambda b: RawAppend(b))]
     ctx.say(f"row {row} ({backend}): {', '.join(l for l, _ in makers)} × {ctx.sizes.single_ops} commands")
     results = _run(ctx, backend, makers, ctx.sizes.single_ops, ctx.sizes.warmup)
@@ -58,6 +61,8 @@ def single_event_row(ctx: BenchContext, backend: str) -> Row:
     comps = []
     if has_writer:
         comps.append(_peer("duplex_es EventLog.append (no writer)", named["ours-plain"][1], ours))
+    if sealing:
+        comps.append(_peer(named["ours-sealed"][0].name + " (issue 17: ours / this = the cost of sealing)", named["ours-sealed"][1], ours))
     es_extra = {"durability": f"its recorder: {es_c.durability}"} if getattr(es_c, "durability", "") else {}
     comps.append(_peer(es_c.name, es_f, ours, **es_extra))
     comps.append(_peer(raw_c.name, raw_f, ours))

@@ -163,6 +163,15 @@ def _extras(ctx: BenchContext, backends: Sequence[str]) -> list[dict[str, Any]]:
             out.append({**reply_latency(bdb.url, ctx.folder / "latency", 1 if ctx.quick else 5), "backend": "sqlite", "durability": ctx.durability.get("sqlite", "")})
     except Exception as exc:  # noqa: BLE001 - the report says what failed
         out.append({"measurement": "end of user speech → first reply audio", "backend": "sqlite", "note": f"failed: {type(exc).__name__}: {exc}"})
+    ctx.say("extra (sqlite): stored size of a sealed spoken turn, beside the same events in the clear")
+    try:
+        from duplex_es_tools.bench.extras import sealed_turn_size
+        from duplex_es_tools.bench.ours import can_seal
+
+        if can_seal():
+            out.append({**sealed_turn_size(ctx.folder / "sealed-turn"), "backend": "sqlite"})
+    except Exception as exc:  # noqa: BLE001 - the report says what failed
+        out.append({"measurement": "stored size of a sealed spoken turn", "backend": "sqlite", "note": f"failed: {type(exc).__name__}: {exc}"})
     ctx.say("extra: world blocks on the CPU")
     out.append(world_blocks(3 if ctx.quick else 10))
     ctx.say("extra: server VAD per append, Silero beside energy")

@@ -48,6 +48,7 @@ from duplex_es_tools.bench.report import Row, build_row, comparison
 from duplex_es_tools.bench.report import ratio as figure_ratio
 from duplex_es_tools.bench.targets import MEASUREMENTS, NO_BACKEND, target
 from duplex_es_tools.loadgen import RampResult, run, run_load, run_ramp
+from duplex_es_tools.bench.ours import BENCH_MASTER_KEY, can_seal
 from duplex_es_tools.processes import Proc, free_port, start_bare_transport, start_server, wait_healthy
 
 __all__ = [
@@ -113,8 +114,9 @@ def run_serving_rows(
         durable = ramp_sessions(url, out_dir / f"serve-row10-{backend}.log", quick=quick)
         (out_dir / f"ramp-{backend}.json").write_text(json.dumps(durable.as_dict(), indent=2))
         memory = _in_memory_ramp(out_dir, quick=quick) if 11 in wanted else None
+        sealed = _sealed_ramp(out_dir, quick=quick) if 10 in wanted and backend == "sqlite" and can_seal() else None
         if 10 in wanted:
-            out.append(_row10(backend, durable, memory, ceiling))
+            out.append(_row10(backend, durable, memory, ceiling, sealed))
         if 11 in wanted and memory is not None:
             out.append(_row11(backend, durable, memory))
     if 14 in wanted:
@@ -195,6 +197,23 @@ def _in_memory_url() -> Iterator[str]:
         for suffix in ("", "-wal", "-shm", "-journal"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"{path}{suffix}")
+
+
+def _sealed_ramp(out_dir: Path, *, quick: bool) -> RampResult:
+    """Row 10's ramp on a fresh SQLite file (FULL) with ``serve --master-key-file``: every
+    append's audio sealed under its session's data key (issue 17's cost of sealing)."""
+    key = out_dir / "bench-master.key"
+    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(BENCH_MASTER_KEY.hex() + "\n")
+    db_file = out_dir / "row10-sealed.db"
+    for p in out_dir.glob("row10-sealed.db*"):
+        p.unlink()
+    result = ramp_sessions(f"sqlite:///{db_file}", out_dir / "serve-row10-sealed.log", quick=quick, extra=("--master-key-file", str(key)))
+    (out_dir / "ramp-sqlite-sealed.json").write_text(json.dumps(result.as_dict(), indent=2))
+    for p in out_dir.glob("row10-sealed.db*"):
+        p.unlink()
+    return result
 
 
 def _in_memory_ramp(out_dir: Path, *, quick: bool) -> RampResult:
@@ -393,13 +412,19 @@ def _row10_met(backend: str, best: Optional[int], ceiling: Optional[RampResult],
     return True if "missed" in ceiling.stopped else None
 
 
-def _row10(backend: str, ramp: RampResult, memory: Optional[RampResult], ceiling: Optional[RampResult] = None) -> Row:
+def _row10(
+    backend: str, ramp: RampResult, memory: Optional[RampResult], ceiling: Optional[RampResult] = None, sealed: Optional[RampResult] = None
+) -> Row:
     best = ramp.best
     trial = ramp.best_trial
     figures = _ramp_figures(ramp)
     comparisons = []
     if memory is not None:
         comparisons.append(comparison(f"in-memory log ({IN_MEMORY}): {memory.best} sessions", _ramp_figures(memory), figures, "events_per_s"))
+    if sealed is not None:
+        comparisons.append(
+            comparison(f"the same server with --master-key-file (content sealed; issue 17): {_held(sealed)}", _ramp_figures(sealed), figures, "events_per_s")
+        )
     ceiling_ratio = None
     if ceiling is not None:
         # ev/s at the held counts: every session appends 50 chunks/s, so this is the sessions' ratio.

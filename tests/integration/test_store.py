@@ -13,14 +13,15 @@ from typing import Iterator
 
 import pytest
 
-from duplex_es.events import TextAppended
+from duplex_es.events import SessionErased, TextAppended
+from duplex_es.store.datakeys import MasterKeys
 from duplex_es.store import Database, DatabaseNotFound, EventLog, WrongExpectedSeq, resolve_url, upgrade
 from duplex_es.store.postgres import PostgresBackend
 from duplex_es.store.registry import BACKENDS
 from duplex_es.store.sqlite import SqliteBackend
 
 from conftest import pg_schema
-from store_conformance import StoreConformance, opened
+from store_conformance import MASTER, SECRETS, StoreConformance, opened, spoken
 
 
 class TestSQLiteFile(StoreConformance):
@@ -50,6 +51,28 @@ class TestSQLiteFile(StoreConformance):
         assert results == [[], []]
         seqs = [r.seq for r in EventLog(db).read_session("shared")]
         assert seqs == list(range(1, 4002))
+        db.dispose()
+
+    def test_nothing_readable_of_a_sealed_then_erased_session_is_in_the_file_or_its_wal(self, tmp_path: Path):
+        """The SQLite file and its WAL, read as bytes: no word or audio of a sealed session
+        while it lives, and after its erasure not even its wrapped data key (the freed bytes
+        are overwritten and the WAL checkpointed), so a copy of the files taken afterwards and
+        the master key together still open nothing (docs/privacy.md)."""
+        path = tmp_path / "log.db"
+        db = Database(f"sqlite:///{path}")
+        upgrade(db)
+        log = EventLog(db, master_keys=MasterKeys.from_keys([MASTER]))
+        log.append("s", spoken("s"), expected_seq=0)
+
+        def files() -> bytes:
+            return b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("log.db"))
+
+        assert [s for s in SECRETS if s in files()] == []
+        with db.read() as conn:
+            wrapped = bytes(conn.exec_driver_sql("SELECT wrapped FROM session_keys WHERE session_id = 's'").scalar_one())
+        assert wrapped in files()
+        log.erase("s", [SessionErased(at_us=1, by="operator")], expected_seq=5)
+        assert wrapped not in files() and [s for s in SECRETS if s in files()] == []
         db.dispose()
 
     def test_an_external_exclusive_lock_delays_an_append_but_loses_nothing(self, tmp_path: Path):

@@ -35,6 +35,7 @@ from duplex_es.events import (
     ResponseDone,
     SessionClosed,
     SessionDetached,
+    SessionErased,
     SessionExpired,
     SessionOpened,
     SessionResumed,
@@ -67,6 +68,7 @@ EVOLVERS: dict[type, Evolver] = {
     SessionClosed: lifecycle.evolve_session_closed,
     SessionExpired: lifecycle.evolve_session_expired,
     HeartbeatReceived: keep,
+    SessionErased: keep,  # after the session ended: nothing it keeps changes (docs/privacy.md)
     TurnSignaled: keep,
     CommandRejected: keep,
     CommandDeduplicated: keep,

@@ -10,6 +10,7 @@ from duplex_es.domain import lease, world
 from duplex_es.domain.kind import Decider, Evolver, SessionKind
 from duplex_es.domain.rules import keep
 from duplex_es.events import (
+    SessionErased,
     CommandDeduplicated,
     CommandRejected,
     InteractionAccepted,
@@ -65,6 +66,7 @@ EVOLVERS: dict[type, Evolver] = {
     SessionResumed: lease.evolve_session_resumed,
     CommandRejected: keep,
     CommandDeduplicated: keep,
+    SessionErased: keep,  # after the session ended (docs/privacy.md)
 }
 
 WORLD = SessionKind(

@@ -222,6 +222,10 @@ function renderSummary() {
     ` ${ov.head} events · clock: ${ov.clock} · ${fmtMs(ov.duration_ms)} · started ${fmtTime(ov.started_at_us)} UTC`,
   ];
   if (ov.kind === "speech") bits.push(` · user audio ${fmtMs(ov.user.audio_ms)} · ${ov.responses.length} response(s) · ${ov.errors.length} error(s)`);
+  // Sealed content this server could not open (docs/privacy.md): say so, and why if erased.
+  const c = ov.content || {};
+  if (c.erased) bits.push(" ", el("span", { class: "badge erased", text: `content erased ${fmtTime(c.erased.at_us)} UTC by ${c.erased.by}` }));
+  else if (c.withheld_events) bits.push(" ", el("span", { class: "badge erased", text: `content of ${c.withheld_events} event(s) sealed: no master key here` }));
   $("summary").replaceChildren(...bits);
 }
 

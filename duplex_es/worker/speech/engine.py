@@ -264,7 +264,12 @@ class CascadeSpeechEngine:
             else:
                 n = max(1, -(-len(item.text.split(" ")) // TEXT_WORDS_PER_CHUNK))
             chunks += [(i, j) for j in range(n)]
-        log.info("planned %s/%s: heard %r, calling %r, replying %r", ctx.session_id, ctx.tick.response_id, transcript, [(c.name, c.arguments) for c in calls], texts)
+        # Sizes and tool names only: what was said is the session's content, kept out of the
+        # process's log (docs/privacy.md); the log holds it, sealed when a master key is set.
+        log.info(
+            "planned %s/%s: heard %d chars, calling %s, replying %d chars in %d chunk(s)",
+            ctx.session_id, ctx.tick.response_id, len(transcript), [c.name for c in calls] or "no tool", sum(len(t) for t in texts), len(chunks),
+        )
         return SpeechPlan(transcript, tuple(items), cut, tuple(chunks), input_ms, transcribed=transcribed)
 
     def step(self, ctx: TickContext) -> EngineOutput:

@@ -1,0 +1,172 @@
+"""Sealed content and erasure end to end (docs/privacy.md): real ``serve`` and ``worker``
+processes started with a master key, a spoken turn through the official openai SDK, then
+``duplex-es erase``, on SQLite and PostgreSQL.
+
+What a user would check: the question's words, the prompt, the answer's words and both sides'
+audio are nowhere in the database (on SQLite: the file and its WAL, byte for byte) or in the
+processes' logs; after the erasure the session still replays, audits and opens in the inspector,
+showing what happened without what was said; and not even the master key opens it again."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from duplex_es.inspect import Inspector
+from duplex_es.store import Database, EventLog
+from duplex_es.store.datakeys import MasterKeys
+from duplex_es_tools.conversation import speak_and_listen
+
+from servers import running
+from wsclient import WsClient
+
+PROMPT = "Echo each phrase back, dear quartermaster."
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200", "DUPLEX_ES_MASTER_KEY_FILE": "", "DUPLEX_ES_CHAIN_KEY_FILE": ""}
+    return subprocess.run([sys.executable, "-m", "duplex_es.cli.main", *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def _stored(url: str, tmp_path: Path) -> bytes:
+    """Every byte the database holds that could carry content: on SQLite the files themselves
+    (main file, WAL, shared memory), on PostgreSQL every column of every table, read back."""
+    if url.startswith("sqlite"):
+        return b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("log.db"))
+    db = Database(url)
+    out = []
+    with db.read() as conn:
+        for table in ("events", "snapshots", "session_keys", "ticks", "idempotency", "session_owners"):
+            for row in conn.execute(sa.text(f"SELECT * FROM {table}")):
+                out += [v.encode() if isinstance(v, str) else bytes(v) if isinstance(v, (bytes, memoryview)) else str(v).encode() for v in row if v is not None]
+    db.dispose()
+    return b"\n".join(out)
+
+
+def _logs(tmp_path: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in tmp_path.glob("*.log"))
+
+
+def _words(text: str) -> set[bytes]:
+    """The distinctive words of a text (five letters or more), as bytes."""
+    return {w.lower().encode() for w in re.findall(r"[A-Za-z]{5,}", text)}
+
+
+def _found(secrets: set[bytes], haystack: bytes) -> list[bytes]:
+    low = haystack.lower()
+    return sorted(s for s in secrets if s in low)
+
+
+@pytest.mark.slow
+def test_a_sealed_spoken_turn_leaves_nothing_readable_and_erases(db_url: str, tmp_path: Path, weather_pcm: bytes):
+    url = db_url if not db_url.startswith("sqlite") else f"sqlite:///{tmp_path / 'log.db'}"
+    key = tmp_path / "master.key"
+    made = _cli("master-key", "new", str(key))
+    assert made.returncode == 0 and oct(key.stat().st_mode & 0o777) == "0o600", made.stdout + made.stderr
+    keyed = ["--master-key-file", str(key)]
+    with running(url, tmp_path, worker_args=keyed, server_args=keyed) as (port, _, _):
+        turn = asyncio.run(speak_and_listen(f"ws://127.0.0.1:{port}/v1", weather_pcm, instructions=PROMPT))
+    sid = turn.session_id
+    assert "weather" in turn.user_transcript and turn.response_status == "completed"
+
+    # What was said, prompted and answered, and a stretch of each side's audio.
+    reply_audio = b"".join(base64.b64decode(e["delta"]) for e in turn.events if e["type"] == "response.output_audio.delta")
+    secrets = _words(turn.user_transcript) | _words(turn.reply_transcript) | _words(PROMPT)
+    audio = [weather_pcm[len(weather_pcm) // 2 :][:64], reply_audio[len(reply_audio) // 2 :][:64]]
+    assert b"weather" in secrets and b"quartermaster" in secrets and all(any(a) for a in audio)
+    stored, logs = _stored(url, tmp_path), _logs(tmp_path)
+    assert _found(secrets, stored) == [] and [a for a in audio if a in stored] == []
+    assert _found(secrets, logs) == []
+
+    # With the key the session is whole; audit needs no key.
+    sealed = EventLog(Database(url), master_keys=MasterKeys.load(key))
+    said = [r.event for r in sealed.read_session(sid) if type(r.event).__name__ == "InputCommitted"]
+    assert said and not any(r.withheld for r in sealed.read_session(sid))
+    audit = _cli("audit", "--db", url, sid)
+    assert audit.returncode == 0 and "sealed" in audit.stdout, audit.stdout + audit.stderr
+
+    erased = _cli("erase", "--db", url, sid)
+    assert erased.returncode == 0 and "data key destroyed" in erased.stdout, erased.stdout + erased.stderr
+    again = _cli("erase", "--db", url, sid)
+    assert again.returncode == 0 and "already erased" in again.stdout
+
+    # Afterwards: the structure replays and audits, the content opens for no one.
+    audit = _cli("audit", "--db", url, sid)
+    assert audit.returncode == 0 and "content erased at" in audit.stdout, audit.stdout + audit.stderr
+    replayed = _cli("replay", "--db", url, *keyed, sid, "--json")
+    assert replayed.returncode == 0, replayed.stderr
+    assert _found(secrets, replayed.stdout.encode()) == []
+    log = EventLog(Database(url), master_keys=MasterKeys.load(key))
+    recs = log.read_session(sid)
+    assert any(r.withheld for r in recs) and type(recs[-1].event).__name__ == "SessionErased"
+    view = Inspector(log).overview(sid)
+    assert view["content"]["erased"]["by"] == "operator" and view["content"]["withheld_events"] > 0
+    assert view["user"]["audio_ms"] > 2000 and view["responses"]  # the structure: audio clock, the answer
+    assert _found(secrets, json.dumps(view).encode()) == []
+    page = _cli("inspect", "--db", url, *keyed, sid, "--out", str(tmp_path / "s.html"))
+    assert page.returncode == 0, page.stderr
+    assert _found(secrets, (tmp_path / "s.html").read_bytes()) == []
+    assert _found(secrets, _stored(url, tmp_path)) == []
+
+
+def _delete(port: int, session_id: str, key: str) -> tuple[int, dict]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/sessions/{session_id}", method="DELETE", headers={"Authorization": f"Bearer {key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_the_owner_erases_over_http_others_cannot_tell_the_session_exists(tmp_path: Path):
+    """``DELETE /v1/sessions/{id}``: another principal gets the answer of a missing session; the
+    owner is told to end a live session first, then erases it (logged with their name); a
+    second erasure changes nothing."""
+    keys = {"alice": "alice-0123456789abcdef", "bob": "bob-0123456789abcdef"}
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(json.dumps([{"name": n, "key": k, "role": "client"} for n, k in keys.items()]))
+    master = tmp_path / "master.key"
+    assert _cli("master-key", "new", str(master)).returncode == 0
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    args = ["--api-keys", str(keys_file), "--master-key-file", str(master)]
+    with running(url, tmp_path, workers=0, server_args=args) as (port, _, _):
+        alice = WsClient(port, headers={"Authorization": f"Bearer {keys['alice']}"})
+        alice.say("my secret plan for the aubergines")
+        sid = alice.session_id
+        theirs, missing = _delete(port, sid, keys["bob"]), _delete(port, "sess_0123456789abcdef", keys["bob"])
+        assert theirs[0] == missing[0] == 404 and json.dumps(theirs[1]).replace(sid, "ID") == json.dumps(missing[1]).replace("sess_0123456789abcdef", "ID")
+        live = _delete(port, sid, keys["alice"])
+        assert live[0] == 409 and live[1]["error"]["code"] == "session_live", live
+        alice.close()
+        status, body = _delete(port, sid, keys["alice"])
+        assert status == 200 and body["erased"] and not body["already"] and body["sealed_events"] > 0, body
+        assert _delete(port, sid, keys["alice"]) == (200, {**body, "already": True})
+    recs = EventLog(Database(url), master_keys=MasterKeys.load(master)).read_session(sid)
+    erased = recs[-1].event
+    assert type(erased).__name__ == "SessionErased" and erased.by == "alice" and recs[-1].seq == body["seq"]
+    assert b"aubergines" not in _stored(url, tmp_path) and b"aubergines" not in _logs(tmp_path)
+
+
+def test_a_worker_without_the_master_key_fails_the_response_instead_of_answering_silence(tmp_path: Path, weather_pcm: bytes):
+    """A worker that cannot open a sealed session's content must not answer what it cannot
+    read (empty text, silent audio): the response fails with ``content_withheld`` and says
+    what to do."""
+    master = tmp_path / "master.key"
+    assert _cli("master-key", "new", str(master)).returncode == 0
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    with running(url, tmp_path, server_args=["--master-key-file", str(master)]) as (port, _, _):
+        turn = asyncio.run(speak_and_listen(f"ws://127.0.0.1:{port}/v1", weather_pcm))
+    done = next(e for e in turn.events if e["type"] == "response.done")["response"]
+    assert done["status"] == "failed" and done["status_details"]["error"]["code"] == "content_withheld", done
+    assert "--master-key-file" in done["status_details"]["error"]["message"]
