@@ -156,6 +156,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         commit_timeout_ms=args.commit_timeout_ms,
         chain_keys=keys,
         master_keys=master_keys,
+        retain_days=args.retain_days,
+        retention_interval_ms=args.retention_interval_ms,
     )
     # What exists now (modules, the app, the engine) lives as long as the process: out of the
     # cyclic collector's sight, its full collections scan only what sessions made since. They
@@ -576,6 +578,16 @@ def _window_ms(text: str) -> float:
     return value
 
 
+def _retain_days(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of days, got {text[:32]!r}") from None
+    if not 0 < value <= 36_500:
+        raise argparse.ArgumentTypeError(f"a retention is above 0 and at most 36500 days, got {text[:32]}")
+    return value
+
+
 def _reason(text: str) -> str:
     if not text or len(text) > 200:
         raise argparse.ArgumentTypeError(f"a reason is 1 to 200 characters, got {len(text)}")
@@ -678,6 +690,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--commit-timeout-ms", type=positive_int, default=2000,
         help="how long a command waits for the log (a write lock held elsewhere, a stuck statement) before it is "
         "refused with log_unavailable, nothing applied (ms; default 2000)",
+    )
+    p.add_argument(
+        "--retain-days", type=_retain_days, default=None, metavar="DAYS",
+        help="erase the content of sessions that ended more than DAYS ago (sealed sessions: --master-key-file), "
+        "unless their principal's API key sets retain_days; each erasure logged as session.erased (docs/privacy.md; "
+        "default: kept for ever)",
+    )
+    p.add_argument(
+        "--retention-interval-ms", type=positive_int, default=3_600_000,
+        help="how often the retention sweep runs (ms; default 3600000, an hour; the first right after start)",
     )
     p.add_argument(
         "--model", action="append", metavar="NAME=ENGINE",

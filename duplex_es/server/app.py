@@ -27,6 +27,7 @@ from duplex_es.server.sessions import DEFAULT_MODEL, DuplexSessions
 from duplex_es.server.throttle import ResumeThrottle
 from duplex_es.snapshots import load_state
 from duplex_es.erasure import ErasureRefused, erase_session
+from duplex_es.retention import RetentionPolicy
 from duplex_es.store import Database, EventLog, KeyRing
 from duplex_es.store.datakeys import MasterKeys
 
@@ -53,6 +54,8 @@ def create_app(
     commit_timeout_ms: float = 2000.0,
     chain_keys: KeyRing | None = None,
     master_keys: MasterKeys | None = None,
+    retain_days: float | None = None,
+    retention_interval_ms: int = 3_600_000,
     url_token_leeway_ms: int = 0,
 ) -> Starlette:
     """Build the server for one database.
@@ -77,6 +80,9 @@ def create_app(
         chain_keys: the chain key ring the log's hashes are signed with (``None``: unkeyed).
         master_keys: the master key ring that wraps sessions' data keys (``None``: content
             stored in the clear; docs/privacy.md).
+        retain_days: days ended sessions keep their content before retention erases it
+            (``None``: for ever), unless their principal's key sets ``retain_days``; swept every
+            ``retention_interval_ms`` (docs/privacy.md, "Retention").
         url_token_leeway_ms: how long a resume token that came in a URL may retry a lost reply
             after the resume that used it (ms; docs/security.md).
 
@@ -100,6 +106,8 @@ def create_app(
         commit_timeout_ms=commit_timeout_ms,
         chain_keys=chain_keys,
         master_keys=master_keys,
+        retention=RetentionPolicy(retain_days, keys.retention()),
+        retention_interval_ms=retention_interval_ms,
         url_token_leeway_ms=url_token_leeway_ms,
     )
 

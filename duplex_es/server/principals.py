@@ -4,7 +4,12 @@
 and resume tokens")::
 
     [{"name": "alice", "key": "…", "role": "client"},
-     {"name": "ops", "key": "…", "role": "operator"}]
+     {"name": "ops", "key": "…", "role": "operator"},
+     {"name": "clinic", "key": "…", "role": "client", "retain_days": 30}]
+
+``retain_days`` (optional, a number > 0) is how long the sessions a principal opens are kept
+after they end before their content is erased (``serve --retain-days`` for everyone else;
+docs/privacy.md, "Retention").
 
 A session belongs to the principal that opened it. A ``client`` reads and resumes only its own
 sessions; an ``operator`` may also read anyone's (``GET /v1/sessions/{id}``) but resumes only
@@ -46,6 +51,9 @@ class Principal:
 
     name: Optional[str]
     role: str = "client"
+    #: days its ended sessions are kept before retention erases them (``None``: the server's
+    #: ``--retain-days``)
+    retain_days: Optional[float] = None
 
     @property
     def operator(self) -> bool:
@@ -112,7 +120,7 @@ class Keyring:
                 raise KeysFileError(f"{where}: expected an object with name, key and role")
             if isinstance(entry.get("name"), str):
                 where = f"{source}: entry {i} ({entry['name'][:64]!r})"
-            fields = set(entry)
+            fields = set(entry) - {"retain_days"}
             if fields != {"name", "key", "role"}:
                 missing, extra = sorted({"name", "key", "role"} - fields), sorted(fields - {"name", "key", "role"})
                 raise KeysFileError(f"{where}: " + "; ".join(
@@ -124,6 +132,9 @@ class Keyring:
             if role not in ROLES:
                 raise KeysFileError(f"{where}: role must be one of {', '.join(ROLES)}; got {str(role)[:32]!r}")
             _check_key(key, where)
+            retain = entry.get("retain_days")
+            if retain is not None and (isinstance(retain, bool) or not isinstance(retain, (int, float)) or not 0 < retain <= 36_500):
+                raise KeysFileError(f"{where}: retain_days must be a number of days above 0 and at most 36500; got {str(retain)[:32]!r}")
             if name in names:
                 raise KeysFileError(f"{where}: the name {name!r} is given twice")
             digest = _digest(key)
@@ -131,8 +142,12 @@ class Keyring:
                 raise KeysFileError(f"{where}: the same key as {digests[digest]!r}")
             names.add(name)
             digests[digest] = name
-            out.append((digest, Principal(name, role)))
+            out.append((digest, Principal(name, role, None if retain is None else float(retain))))
         return cls(tuple(out))
+
+    def retention(self) -> dict[str, float]:
+        """``{principal name: retain_days}`` of the keys that set one."""
+        return {p.name: p.retain_days for _, p in self.entries if p.name is not None and p.retain_days is not None}
 
     @classmethod
     def load(cls, path: str | Path) -> "Keyring":

@@ -31,6 +31,7 @@ from duplex_es.server.models import DEFAULT_ENGINE, ModelMap
 from duplex_es.server.principals import Principal
 from duplex_es.server.trouble import log_failure
 from duplex_es.snapshots import load_state
+from duplex_es.retention import RetentionPolicy, sweep
 from duplex_es.store.datakeys import MasterKeys
 from duplex_es.store import (
     DEFAULT_OWNER_TTL_MS,
@@ -154,6 +155,8 @@ class DuplexSessions:
             docs/security.md, "Tamper evidence").
         master_keys: the master key ring wrapping the sessions' data keys (``None``: content
             stored in the clear; docs/privacy.md).
+        retention: how long ended sessions keep their content (:mod:`duplex_es.retention`);
+            swept every ``retention_interval_ms`` (ms) while the server runs.
         url_token_leeway_ms: how long after a resume whose token came in a URL that token may
             still retry a lost reply (docs/security.md).
     """
@@ -174,6 +177,8 @@ class DuplexSessions:
         commit_timeout_ms: float = 2000.0,
         chain_keys: Optional[KeyRing] = None,
         master_keys: Optional[MasterKeys] = None,
+        retention: Optional[RetentionPolicy] = None,
+        retention_interval_ms: int = 3_600_000,
         url_token_leeway_ms: int = 0,
     ) -> None:
         self.models = models or ModelMap()
@@ -201,6 +206,10 @@ class DuplexSessions:
         self._follower = LogFollower(self.log, lambda: self.hosts, poll_ms=poll_ms)
         self._reaper: Optional[asyncio.Task] = None
         self._owner: Optional[asyncio.Task] = None
+        self.retention = retention or RetentionPolicy()
+        self.retention_interval_ms = retention_interval_ms
+        self._retainer: Optional[asyncio.Task] = None
+        self._retention_refused: set[str] = set()
         self._loading = asyncio.Lock()
 
     async def start(self) -> None:
@@ -216,11 +225,13 @@ class DuplexSessions:
         await self.recover()
         self._reaper = asyncio.create_task(self._reap_forever(), name="lease-reaper")
         self._owner = asyncio.create_task(self._own_forever(), name="ownership")
+        if self.retention.active:
+            self._retainer = asyncio.create_task(self._retain_forever(), name="retention")
 
     async def stop(self) -> None:
         """Stop background work (sessions stay in the log)."""
         await self._follower.stop()
-        for task in (self._reaper, self._owner):
+        for task in (self._reaper, self._owner, self._retainer):
             if task is not None:
                 task.cancel()
                 try:
@@ -552,6 +563,16 @@ class DuplexSessions:
                 await self.reap()
             except Exception as exc:
                 log_failure(log, exc, "lease reaper failed; retrying")
+
+    async def _retain_forever(self) -> None:
+        """Erase sessions past their retention (docs/privacy.md, "Retention"), in a thread, every
+        :attr:`retention_interval_ms`; the first sweep right after start."""
+        while True:
+            try:
+                await asyncio.to_thread(sweep, self.log, self.retention, refused=self._retention_refused)
+            except Exception as exc:
+                log_failure(log, exc, "retention sweep failed; retrying at the next interval")
+            await asyncio.sleep(self.retention_interval_ms / 1000)
 
     async def _own_forever(self) -> None:
         """Renew this server's ownership leases and take up orphaned sessions, every third of

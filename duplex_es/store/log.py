@@ -27,6 +27,7 @@ from duplex_es.store.database import Database, driver_connection
 from duplex_es.store.gcpause import collector_paused
 from duplex_es.store.ownership import Fence, OwnershipLost
 from duplex_es.store.schema import events as events_t
+from duplex_es.store.schema import session_keys as session_keys_t
 from duplex_es.store.schema import ticks as ticks_t
 from duplex_es.store.snapshots import SnapshotStore
 
@@ -604,6 +605,24 @@ class EventLog:
                 .order_by(events_t.c.position)
             )
             return [r[0] for r in rows]
+
+    def sealed_sessions_ended_before(self, end_types: Sequence[str], before_us: int, limit: int = 1000, offset: int = 0) -> list[tuple[str, int]]:
+        """``(session_id, ended_at_us)`` of sessions that have a data key (their content is
+        sealed, docs/privacy.md), not destroyed, and an event of a type in ``end_types``
+        recorded before ``before_us`` (µs): what retention may erase. Oldest end first (then by
+        id), ``limit`` from ``offset``."""
+        keys = session_keys_t
+        query = (
+            sa.select(events_t.c.session_id, sa.func.min(events_t.c.recorded_at_us).label("ended"))
+            .join(keys, keys.c.session_id == events_t.c.session_id)
+            .where(events_t.c.type.in_(list(end_types)), events_t.c.recorded_at_us < before_us, keys.c.wrapped.is_not(None))
+            .group_by(events_t.c.session_id)
+            .order_by(sa.text("ended"), events_t.c.session_id)
+            .limit(limit)
+            .offset(offset)
+        )
+        with self.db.read() as conn:
+            return [(r[0], r[1]) for r in conn.execute(query)]
 
     def session_stats(self, count_types: Sequence[str]) -> list[SessionStats]:
         """Every session's :class:`SessionStats`, ordered by first position, in one grouped

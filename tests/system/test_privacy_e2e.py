@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -170,3 +171,41 @@ def test_a_worker_without_the_master_key_fails_the_response_instead_of_answering
     done = next(e for e in turn.events if e["type"] == "response.done")["response"]
     assert done["status"] == "failed" and done["status_details"]["error"]["code"] == "content_withheld", done
     assert "--master-key-file" in done["status_details"]["error"]["message"]
+
+
+def test_retention_erases_ended_sessions_past_their_age_while_the_server_serves(tmp_path: Path):
+    """``serve --retain-days`` (2 s here) with a key whose ``retain_days`` is 30: bob's ended
+    session is erased by the server's sweep, with its ``session.erased``; alice's ended session
+    and alice's live session are not, and the live one goes on being served meanwhile."""
+    keys = {"alice": "alice-0123456789abcdef", "bob": "bob-0123456789abcdef"}
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(json.dumps([
+        {"name": "alice", "key": keys["alice"], "role": "client", "retain_days": 30},
+        {"name": "bob", "key": keys["bob"], "role": "client"},
+    ]))
+    master = tmp_path / "master.key"
+    assert _cli("master-key", "new", str(master)).returncode == 0
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    two_seconds = str(2 / 86_400)
+    args = ["--api-keys", str(keys_file), "--master-key-file", str(master), "--retain-days", two_seconds, "--retention-interval-ms", "200"]
+    with running(url, tmp_path, workers=0, server_args=args) as (port, _, _):
+        bob = WsClient(port, headers={"Authorization": f"Bearer {keys['bob']}"})
+        bob.say("bob's shopping list: parsnips")
+        bob.close()
+        kept = WsClient(port, headers={"Authorization": f"Bearer {keys['alice']}"})
+        kept.say("alice keeps this: radishes")
+        kept.close()
+        live = WsClient(port, headers={"Authorization": f"Bearer {keys['alice']}"})
+        log = EventLog(Database(url), master_keys=MasterKeys.load(master))
+        deadline = time.monotonic() + 30
+        while not any(type(r.event).__name__ == "SessionErased" for r in log.read_session(bob.session_id)):
+            assert time.monotonic() < deadline, "bob's session was not erased within 30 s"
+            time.sleep(0.2)
+        live.say("still here: turnips")  # served after the sweep erased bob's session
+        live.close()
+    erased = log.read_session(bob.session_id)[-1].event
+    assert erased.by == "retention" and erased.reason == f"retain_days={float(two_seconds):g}"
+    for sid in (kept.session_id, live.session_id):
+        recs = log.read_session(sid)
+        assert not any(r.withheld for r in recs) and type(recs[-1].event).__name__ != "SessionErased"
+    assert b"parsnips" not in _stored(url, tmp_path) and b"retention: erased session " + bob.session_id.encode() in _logs(tmp_path)
