@@ -304,4 +304,12 @@ def decode_sealed(type_name: str, version: int, data: str, plaintext: Optional[b
     cls = event_class(type_name)
     if tail and cls in PAYLOAD_AUDIO and "audio" not in secret:
         clear["audio"] = pybase64.b64encode_as_string(tail)
+    if cls is not None and version == cls.VERSION and _typed(cls) is not None:
+        # The parsed values are JSON's own types, which msgspec's conversion takes under the
+        # same strict rules as its typed JSON decoding (:func:`decode`); anything it refuses
+        # goes the cattrs path, as there.
+        try:
+            return msgspec.convert(clear, cls)
+        except msgspec.ValidationError:
+            pass
     return decode_data(type_name, version, clear)
