@@ -4,6 +4,9 @@ and import: such a file appended to another log.
 Each line is one event with its log coordinates: ``position``, ``session_id``, ``seq``,
 ``recorded_at_us``, ``hash`` (of the stored row), ``type``, ``version`` (the current schema
 version: older rows are upcast on the way out, as on every read path) and ``event`` (its fields).
+An event whose sealed content the exporting reader could not open (no master key, or the
+session was erased: docs/privacy.md) carries ``"withheld": true`` — its content fields are
+empty — and an import refuses it rather than record a conversation that never took place.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ def export_lines(log: EventLog, session_id: Optional[str] = None) -> Iterator[di
             "type": r.event.TYPE,
             "version": r.event.VERSION,
             "event": to_plain(r.event),
+            **({"withheld": True} if r.withheld else {}),
         }
 
 
@@ -87,7 +91,8 @@ def import_jsonl(log: EventLog, lines: Iterable[str]) -> dict[str, int]:
         session id → events appended, in the file's order.
 
     Raises:
-        ImportFileError: a line is not an exported event, or a session's seqs are not 1, 2, ...
+        ImportFileError: a line is not an exported event, was exported without its content
+            (``withheld``), or a session's seqs are not 1, 2, ...
         duplex_es.store.WrongExpectedSeq: a session already has events in ``log``.
     """
     counts: dict[str, int] = {}
@@ -111,6 +116,11 @@ def import_jsonl(log: EventLog, lines: Iterable[str]) -> dict[str, int]:
         missing = [k for k in _EXPORTED_KEYS if k not in row]
         if missing:
             raise ImportFileError(n, f"not an exported event: no {', '.join(repr(k) for k in missing)}")
+        if row.get("withheld"):
+            raise ImportFileError(
+                n, f"event {str(row['session_id'])[:64]}#{row['seq']} was exported without its content (sealed, and the export "
+                "had no master key, or the session was erased): export again with --master-key-file",
+            )
         try:
             sid, seq, at = row["session_id"], row["seq"], row["recorded_at_us"]
             ev = decode_data(row["type"], row["version"], row["event"])

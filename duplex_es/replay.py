@@ -76,6 +76,9 @@ class TimelineRow:
     type: str
     verdict: str
     summary: str
+    #: its sealed content was not opened (erased, or no master key): the summary shows empty
+    #: text and silence where the content was (docs/privacy.md)
+    withheld: bool = False
 
 
 @attrs.frozen
@@ -327,7 +330,7 @@ def replay(log: EventLog, session_id: str, *, at: Optional[int] = None) -> Repla
                 arguments.pop(ev.function_call.call_id, None)  # complete: nothing more may extend it
             elif verdict == "accepted":
                 arguments[ev.function_call.call_id] = whole
-        rows.append(TimelineRow(r.seq, r.position, r.recorded_at_us, ev.TYPE, verdict, summarize(ev, call_arguments=whole)))
+        rows.append(TimelineRow(r.seq, r.position, r.recorded_at_us, ev.TYPE, verdict, summarize(ev, call_arguments=whole), r.withheld))
     return Replay(session_id, state, tuple(rows), records[-1].seq)
 
 

@@ -80,7 +80,8 @@ def print_replay(console: Console, result: Replay) -> None:
     table.add_column("key fields", overflow="fold")
     for row in result.timeline:
         style = _VERDICT_STYLE.get(row.verdict.split(":")[0], "yellow" if row.verdict.startswith("discarded") else "red")
-        table.add_row(str(row.seq), _clock(row.recorded_at_us), row.type, f"[{style}]{row.verdict}[/]", row.summary)
+        summary = f"[magenta](content withheld)[/] {escape(row.summary)}" if row.withheld else escape(row.summary)
+        table.add_row(str(row.seq), _clock(row.recorded_at_us), row.type, f"[{style}]{row.verdict}[/]", summary)
     console.print(table)
     console.print("\n".join(state_lines(result.state)), highlight=False)
 

@@ -108,6 +108,9 @@ def test_a_sealed_spoken_turn_leaves_nothing_readable_and_erases(db_url: str, tm
     replayed = _cli("replay", "--db", url, *keyed, sid, "--json")
     assert replayed.returncode == 0, replayed.stderr
     assert _found(secrets, replayed.stdout.encode()) == []
+    assert any(row["withheld"] for row in json.loads(replayed.stdout)["timeline"])
+    shown = _cli("replay", "--db", url, *keyed, sid)
+    assert shown.returncode == 0 and "(content withheld)" in shown.stdout and _found(secrets, shown.stdout.encode()) == []
     log = EventLog(Database(url), master_keys=MasterKeys.load(key))
     recs = log.read_session(sid)
     assert any(r.withheld for r in recs) and type(recs[-1].event).__name__ == "SessionErased"
