@@ -29,9 +29,10 @@ recompute what must hold, so a reducer bug cannot hide itself.
 from __future__ import annotations
 
 import hmac
-from typing import Optional
+from typing import Optional, Sequence
 
 import attrs
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from duplex_es.domain import KINDS, REDUCER_VERSION, evolve, new_state
 from duplex_es.domain.kind import Violation
@@ -40,7 +41,8 @@ from duplex_es.events import Event, SessionErased
 from duplex_es.snapshots import decode_state
 from duplex_es.store import EventLog, SnapshotStore
 from duplex_es.store.chain import GENESIS, KeyRing, event_hash
-from duplex_es.store.datakeys import DataKeys, SealError, decode_stored
+from duplex_es.store.database import driver_connection
+from duplex_es.store.datakeys import MasterKeyError, SealError, decode_stored, key_row
 
 __all__ = ["Violation", "SessionAudit", "audit_session", "audit_all"]
 
@@ -83,12 +85,43 @@ def audit_session(log: EventLog, session_id: str, *, keyed_since: Optional[int] 
     if keyed_since is None and log.keys is not None:
         keyed_since = log.first_keyed_position()
     rows = log.read_raw(session_id)
-    report = _audit_rows(session_id, rows, log.keys, keyed_since, log.data_keys)
-    checked, bad = _check_snapshots(log, session_id, rows)
+    cipher, key_bad = _check_key(log, session_id, rows)
+    report = _audit_rows(session_id, rows, log.keys, keyed_since, cipher, key_bad)
+    checked, bad = _check_snapshots(log, session_id, rows, cipher)
     return attrs.evolve(report, snapshots=checked, violations=report.violations + tuple(bad))
 
 
-def _check_snapshots(log: EventLog, session_id: str, rows: list) -> tuple[int, list[Violation]]:
+def _check_key(log: EventLog, session_id: str, rows: list) -> tuple[Optional[AESGCM], list[Violation]]:
+    """The session's data key (docs/privacy.md) against its log, with no master key needed: a
+    sealed session whose key is gone without a logged ``session.erased`` (a key deleted
+    outside an erasure), or a ``session.erased`` whose key still exists, is a violation; a
+    payload in the clear recorded after the key was created had its sealed flag cleared. With
+    the master key, the cipher the rows are opened with (``None``: not opened); a key that does
+    not unwrap is reported once, not once per row."""
+    first_sealed = next((r.seq for r in rows if r.sealed is not None), None)
+    erased_at = next((r.seq for r in rows if r.type == SessionErased.TYPE), None)
+    with log.db.read() as conn:
+        row = key_row(driver_connection(conn), log.db.backend.sql, session_id)
+    bad: list[Violation] = []
+    destroyed = row is None or row[0]
+    if first_sealed is not None and destroyed and erased_at is None:
+        bad.append(Violation("sealed", first_sealed, "sealed events, but the session's data key is gone and no session.erased is logged (a key deleted outside an erasure)"))
+    if erased_at is not None and row is not None and not row[0]:
+        bad.append(Violation("sealed", erased_at, "session.erased is logged, but the session's data key still exists (restored after the erasure?)"))
+    if row is not None:
+        for r in rows:
+            if r.sealed is None and r.payload is not None and r.recorded_at_us >= row[1]:
+                bad.append(Violation("sealed", r.seq, "a payload in the clear recorded after the session was sealed (its sealed flag was cleared)"))
+    if log.data_keys is None or first_sealed is None:
+        return None, bad
+    try:
+        return log.data_keys.states_now([session_id])[session_id].cipher, bad
+    except MasterKeyError as exc:
+        bad.append(Violation("key", first_sealed, f"{exc}: its sealed content was not opened"))
+        return None, bad
+
+
+def _check_snapshots(log: EventLog, session_id: str, rows: list, cipher: Optional[AESGCM] = None) -> tuple[int, list[Violation]]:
     snaps = [s for s in SnapshotStore(log.db, data_keys=log.data_keys).all_of(session_id) if s.reducer_version == REDUCER_VERSION and s.intact]
     if not snaps:
         return 0, []
@@ -97,7 +130,7 @@ def _check_snapshots(log: EventLog, session_id: str, rows: list) -> tuple[int, l
     state = new_state()
     for r in rows:
         try:
-            state = evolve(state, r.seq, decode_stored(log.data_keys, r.session_id, r.seq, r.type, r.version, r.data, r.payload, r.sealed)[0])
+            state = evolve(state, r.seq, decode_stored(cipher, r.session_id, r.seq, r.type, r.version, r.data, r.payload, r.sealed)[0])
         except Exception:
             return 0, []  # the decode check already reports it
         snap = want.get(r.seq)
@@ -159,17 +192,23 @@ def _check_chain(rows: list, keys: Optional[KeyRing], keyed_since: Optional[int]
 
 
 def _audit_rows(
-    session_id: str, rows: list, keys: Optional[KeyRing] = None, keyed_since: Optional[int] = None, data_keys: Optional[DataKeys] = None
+    session_id: str,
+    rows: list,
+    keys: Optional[KeyRing] = None,
+    keyed_since: Optional[int] = None,
+    cipher: Optional[AESGCM] = None,
+    key_violations: Sequence[Violation] = (),
 ) -> SessionAudit:
     # chain -------------------------------------------------------------------------------
     bad, key_ids, unkeyed = _check_chain(rows, keys, keyed_since)
+    bad += key_violations
 
     # decode (and, with the master key, open every sealed row: a payload moved from another
     # row or session does not; without it, or once erased, the content reads as withheld) --
     events: list[tuple[int, Event]] = []
     for r in rows:
         try:
-            events.append((r.seq, decode_stored(data_keys, session_id, r.seq, r.type, r.version, r.data, r.payload, r.sealed)[0]))
+            events.append((r.seq, decode_stored(cipher, session_id, r.seq, r.type, r.version, r.data, r.payload, r.sealed)[0]))
         except SealError as exc:
             bad.append(Violation("sealed", r.seq, str(exc)))
         except Exception as exc:

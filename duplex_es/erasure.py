@@ -23,9 +23,8 @@ import attrs
 
 from duplex_es.domain.kinds import ENDED_BY
 from duplex_es.errors import DuplexError
-from duplex_es.events import SessionErased, decode, to_plain
-from duplex_es.events.sealing import SEALED_PATHS, split
-from duplex_es.events.base import event_class
+from duplex_es.events import SessionErased, decode
+from duplex_es.events.codec import has_content
 from duplex_es.store import EventLog
 
 __all__ = ["ErasureRefused", "Erasure", "erase_session"]
@@ -96,7 +95,7 @@ def erase_session(log: EventLog, session_id: str, *, by: str, reason: str = "req
             f"session {session_id} has not ended (last event {rows[-1].type} at seq {rows[-1].seq}): end it first "
             "(session.close, or let its disconnect grace or idle TTL expire it), then erase it",
         )
-    clear = [r.seq for r in rows if r.sealed is None and _holds_content(r.type, r.version, r.data, r.payload)]
+    clear = [r.seq for r in rows if r.sealed is None and has_content(decode(r.type, r.version, r.data, r.payload))]
     if clear:
         shown = ", ".join(map(str, clear[:5])) + (f" and {len(clear) - 5} more" if len(clear) > 5 else "")
         raise ErasureRefused(
@@ -111,9 +110,3 @@ def erase_session(log: EventLog, session_id: str, *, by: str, reason: str = "req
     )
     return Erasure(session_id, result.records[-1].seq, at, sealed, destroyed, dropped)
 
-
-def _holds_content(type_: str, version: int, data: str, payload: Optional[bytes]) -> bool:
-    cls = event_class(type_)
-    if cls not in SEALED_PATHS:
-        return False
-    return bool(split(cls, to_plain(decode(type_, version, data, payload)))[1])

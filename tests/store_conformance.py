@@ -35,6 +35,7 @@ from alembic.runtime.migration import MigrationContext
 from duplex_es.audit import audit_session
 from duplex_es.events import (
     AudioAppended,
+    SessionClosed,
     EpochAdvanced,
     SessionConfig,
     SessionErased,
@@ -63,7 +64,7 @@ from duplex_es.store import (
     upgrade,
 )
 from duplex_es.store.backend import Backend
-from duplex_es.store.datakeys import MasterKeys, SessionErased as SessionErasedError, rewrap_all
+from duplex_es.store.datakeys import MasterKeyError, MasterKeys, SealingRequired, SessionErased as SessionErasedError, rewrap_all
 from duplex_es.store.log import StoredEventError
 from duplex_es.events.catalogue import SpeechInputs
 from duplex_es.store.chain import GENESIS, event_hash
@@ -634,6 +635,55 @@ class StoreConformance:
         with db.read() as conn:
             assert conn.execute(sa.text("SELECT wrapped, erased_at_us IS NOT NULL FROM session_keys WHERE session_id = 's'")).one() == (None, True)
 
+    def test_an_erasure_by_another_process_takes_effect_at_once_for_readers_and_writers(self, db: Database):
+        """Two logs stand for two processes that have both used the session's key: after one
+        erases it, the other reads the content as withheld and cannot append content to it
+        (the key's row is checked in every transaction, not a cached key trusted)."""
+        here, there = self._sealed(db), self._sealed(db)
+        here.append("s", spoken("s")[:3], expected_seq=0)
+        assert there.read_session("s")[2].event.text == "WORD quince"  # `there` holds the key now
+        here.append("s", [SessionClosed()], expected_seq=3)
+        here.erase("s", [SessionErased(at_us=1, by="operator")], expected_seq=4)
+        assert [r.withheld for r in there.read_session("s")][:3] == [True, True, True]
+        assert there.read_seqs("s", [3])[0].event.text == ""
+        with pytest.raises(SessionErasedError):
+            there.append("s", [said("late")], expected_seq=ANY_SEQ)
+        assert there.head("s") == 5
+
+    def test_an_appender_without_the_master_key_cannot_write_content_into_a_sealed_session(self, db: Database):
+        """A process started without --master-key-file on a sealed deployment: its content
+        for a sealed session is refused (``sealing_required``), not stored in the clear; what
+        holds no content still goes in, and unsealed sessions are untouched."""
+        self._sealed(db).append("s", [opened("s")], expected_seq=0)
+        keyless = EventLog(db)
+        with pytest.raises(SealingRequired):
+            keyless.append("s", [said("in the clear")], expected_seq=1)
+        keyless.append("s", [SessionClosed()], expected_seq=1)
+        keyless.append("plain", [opened("plain"), said("fine")], expected_seq=0)
+        assert b"in the clear" not in self._stored_bytes(db) and keyless.read_session("plain")[1].event.text == "fine"
+
+    def test_audit_names_a_cleared_sealed_flag_a_key_deleted_outside_an_erasure_and_a_wrong_master_key(self, db: Database):
+        """Tampering with what sealing rests on, each named by audit (with or without the
+        master key): a sealed flag cleared on an audio row (whose ciphertext must not play as
+        audio: the read refuses it), a data key deleted without a logged erasure; and a master
+        key file that lacks the session's key is reported once, not once per row."""
+        log = self._sealed(db)
+        log.append("s", spoken("s"), expected_seq=0)
+        log.append("t", spoken("t"), expected_seq=0)
+        self._without_triggers(db, "UPDATE events SET sealed = NULL WHERE session_id = 's' AND seq = 2")
+        with pytest.raises(StoredEventError, match="sealed flag was cleared"):
+            log.read_session("s")
+        for reader in (log, EventLog(db)):
+            found = {(v.check, v.seq) for v in audit_session(reader, "s").violations}
+            assert ("sealed", 2) in found and ("chain", 2) in found, found
+        with db.write() as conn:
+            conn.exec_driver_sql("DELETE FROM session_keys WHERE session_id = 't'")
+        for reader in (log, EventLog(db)):
+            assert [(v.check, v.seq) for v in _log_checks(audit_session(reader, "t"))] == [("sealed", 1)]
+        self._sealed(db).append("u", spoken("u"), expected_seq=0)
+        wrong = audit_session(EventLog(db, master_keys=MasterKeys.from_keys([bytes(32)])), "u")
+        assert [v.check for v in wrong.violations if v.check in ("key", "sealed")] == ["key"], wrong.violations
+
     def test_rotating_the_master_key_rewraps_every_data_key(self, db: Database):
         """``master-key rewrap``: after it, the new master key alone opens every session, the
         old one none, and erased sessions stay erased; a ring without the wrapping key fails
@@ -643,12 +693,12 @@ class StoreConformance:
         self._sealed(db).append("gone", spoken("gone"), expected_seq=0)
         self._sealed(db).erase("gone", [SessionErased(at_us=1, by="operator")], expected_seq=5)
         stranger = EventLog(db, master_keys=MasterKeys.from_keys([new]))
-        with pytest.raises(StoredEventError, match="does not hold"):
+        with pytest.raises(MasterKeyError, match="does not hold"):
             stranger.read_session("s")
         assert rewrap_all(db, MasterKeys.from_keys([new, old])) == (1, 0)
         assert rewrap_all(db, MasterKeys.from_keys([new, old])) == (0, 1)
         assert [r.event for r in EventLog(db, master_keys=MasterKeys.from_keys([new])).read_session("s")] == spoken("s")
-        with pytest.raises(StoredEventError, match="does not hold"):
+        with pytest.raises(MasterKeyError, match="does not hold"):
             EventLog(db, master_keys=MasterKeys.from_keys([old])).read_session("s")
         assert all(r.withheld for r in EventLog(db, master_keys=MasterKeys.from_keys([new])).read_session("gone")[:5])
 

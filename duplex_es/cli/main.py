@@ -68,7 +68,10 @@ def _master_keys(args: argparse.Namespace) -> Optional[MasterKeys]:
     if not path:
         return None
     ring = MasterKeys.load(path)
-    logging.getLogger(__name__).info("master key %s wraps new data keys (%d key(s) in %s)", ring.current_id, len(ring.keys), path)
+    logger = logging.getLogger(__name__)
+    if os.stat(path).st_mode & 0o077:
+        logger.warning("master key file %s can be read by other users (mode %o): chmod 600 it", path, os.stat(path).st_mode & 0o777)
+    logger.info("master key %s wraps new data keys (%d key(s) in %s)", ring.current_id, len(ring.keys), path)
     return ring
 
 
@@ -122,6 +125,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     keys = _chain_keys(args)
     master_keys = _master_keys(args)
     keyring = _keyring(args)
+    if master_keys is None and (args.retain_days is not None or keyring.retention()):
+        # Retention erases by destroying data keys: with content in the clear it could never
+        # erase anything, and saying nothing would let an operator believe otherwise.
+        raise CliError(
+            ("--retain-days" if args.retain_days is not None else "retain_days in --api-keys")
+            + ": retention erases sealed sessions, and without --master-key-file nothing is sealed (docs/privacy.md)"
+        )
     if args.workers > 1 and sa.engine.make_url(resolve_url(args.db)).get_backend_name() == "sqlite":
         # Measured (docs/scaling.md): SQLite takes one writer at a time, so the processes wait
         # on each other's commits, and the append p99 got worse, not better.
@@ -462,7 +472,11 @@ def cmd_master_key(args: argparse.Namespace) -> int:
         moved, kept = rewrap_all(_read_db(args), ring)
         console.print(
             f"rewrapped {moved} data key(s) under master key {ring.current_id} ({kept} already were); "
-            + ("the other keys of the file can now be removed" if len(ring.keys) > 1 else "the file holds no other key"),
+            + (
+                "the other keys of the file can be removed once every serve and worker runs with this file "
+                "(one still started with the old file wraps new sessions' keys under the old key: restart them, then rewrap again)"
+                if len(ring.keys) > 1 else "the file holds no other key"
+            ),
             highlight=False,
         )
         return 0

@@ -36,6 +36,7 @@ __all__ = [
     "encode_row",
     "PAYLOAD_AUDIO",
     "encode_sealed_row",
+    "has_content",
     "decode_sealed",
     "decode",
     "decode_data",
@@ -242,6 +243,13 @@ def _decode_json(type_name: str, version: int, data: str) -> Event:
     except json.JSONDecodeError as exc:
         raise EventDecodeError(type_name, version, "bad_data", str(exc)) from exc
     return decode_data(type_name, version, parsed)
+
+
+def has_content(ev: Event) -> bool:
+    """Whether ``ev`` holds content: something at one of its class's sealed paths
+    (:data:`~duplex_es.events.sealing.SEALED_PATHS`)."""
+    cls = type(ev)
+    return cls in SEALED_PATHS and bool(split(cls, converter.unstructure(ev))[1])
 
 
 def encode_sealed_row(ev: Event) -> tuple[str, int, str, Optional[bytes], Optional[bytes]]:

@@ -161,3 +161,4 @@ def merge(clear: dict[str, Any], secret: Mapping[str, Any]) -> dict[str, Any]:
         node[parts[-1]] = value
     return clear
 
+

@@ -173,7 +173,9 @@ async def session_state(request: Request) -> Response:
         return principal
     not_found = _not_found(session_id)
     host = sessions.get(session_id)
-    if host is not None:
+    # An ended session's host lingers until the reaper's next round; read it from the log, which
+    # an erasure (here or in another process) has already changed (docs/privacy.md).
+    if host is not None and not host.state.ended:
         state, live = host.state, True
     else:
         loaded = await asyncio.to_thread(load_state, sessions.log, sessions.snapshots, session_id, resnapshot=False)
@@ -199,7 +201,8 @@ async def erase_session_content(request: Request) -> Response:
     except ErasureRefused as err:
         status = 404 if err.code == "session_not_found" else 409
         return JSONResponse({"error": {"code": err.code, "message": str(err)}}, status_code=status)
-    log.info("session %s: content erased by principal %s (%d sealed events)", session_id, principal.name, done.sealed_events)
+    if not done.already:
+        log.info("session %s: content erased by principal %s (%d sealed events)", session_id, principal.name, done.sealed_events)
     return JSONResponse(
         {"session_id": session_id, "erased": True, "already": done.already, "seq": done.seq, "at_us": done.at_us, "sealed_events": done.sealed_events}
     )

@@ -22,6 +22,7 @@ first wraps new data keys, the others still unwrap the keys they wrapped (rotati
 
 from __future__ import annotations
 
+import collections
 import os
 import struct
 import threading
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "decode_stored",
+    "KeyState",
+    "CACHE_SESSIONS",
     "SEALED_V1",
     "MASTER_KEY_BYTES",
     "MasterKeyError",
@@ -53,6 +56,9 @@ __all__ = [
     "open_sealed",
     "audio_length",
     "destroy_key_in",
+    "sealed_session_ids",
+    "key_row",
+    "SealingRequired",
     "rewrap_all",
 ]
 
@@ -83,6 +89,25 @@ class SealError(LogError):
         self.session_id = session_id
         self.seq = seq
         super().__init__(f"sealed content of {session_id}#{seq} does not open: {why}")
+
+
+class SealingRequired(LogError):
+    """Content was appended without a master key to a session whose content is sealed (a
+    process started without ``--master-key-file`` on a sealed deployment): refused, nothing
+    written, rather than record it in the clear.
+
+    Attributes:
+        session_id: the session.
+    """
+
+    code = "sealing_required"
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(
+            f"session {session_id} is sealed: its content cannot be recorded by a process without the master key "
+            "(start it with --master-key-file)"
+        )
 
 
 class SessionErased(LogError):
@@ -190,126 +215,155 @@ def open_sealed(aead: AESGCM, session_id: str, seq: int, type_: str, version: in
         raise SealError(session_id, seq, "the authentication tag does not verify (edited, or moved from another row)") from None
 
 
-#: What :meth:`DataKeys.cipher` caches for an erased session.
-_ERASED = object()
+#: Unwrapped data keys a process keeps (least recently used dropped first).
+CACHE_SESSIONS = 10_000
+
+
+@attrs.frozen
+class KeyState:
+    """A session's row of ``session_keys`` as a read found it: its cipher (``None``: no key
+    — never created, or erased) and when its key was created (``None``: no row)."""
+
+    cipher: Optional[AESGCM]
+    created_at_us: Optional[int] = None
+    erased: bool = False
 
 
 class DataKeys:
-    """The data keys of the sessions one process reads and writes, unwrapped once and cached.
+    """The data keys of the sessions one process reads and writes.
 
-    Thread-safe (the server's writer, readers in threads and the inspector share one).
+    Every use checks the session's ``session_keys`` row in the caller's transaction, so an
+    erasure made by any process (another server, ``duplex-es erase``, a retention sweep)
+    takes effect at once everywhere; only the unwrapping is cached, keyed by the wrapped bytes,
+    and dropped when the row says the key is gone. Thread-safe.
 
     Args:
         master: the master key ring.
         db: the database (its backend's placeholders for the driver-level statements, and a
-            read connection when a reader needs a key it has not cached).
+            read connection for :meth:`states_now`).
     """
 
     def __init__(self, master: MasterKeys, db: "Database") -> None:
         self.master = master
         self.db = db
         self._sql = db.backend.sql
-        self._cache: dict[str, Any] = {}
+        self._unwrapped: "collections.OrderedDict[str, tuple[bytes, AESGCM]]" = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    def _from_row(self, session_id: str, key_id: Optional[str], wrapped: Optional[bytes]) -> Any:
-        if wrapped is None:
-            return _ERASED
-        return AESGCM(self.master.unwrap(session_id, key_id or "", bytes(wrapped)))
+    def _select(self, raw: Any, session_ids: Sequence[str]) -> dict[str, tuple[Optional[str], Optional[bytes], int, Optional[int]]]:
+        marks = ", ".join("?" * len(session_ids))
+        rows = raw.execute(
+            self._sql(f"SELECT session_id, master_key_id, wrapped, created_at_us, erased_at_us FROM session_keys WHERE session_id IN ({marks})"),
+            tuple(session_ids),
+        ).fetchall()
+        return {r[0]: (r[1], None if r[2] is None else bytes(r[2]), r[3], r[4]) for r in rows}
+
+    def _cipher(self, session_id: str, key_id: Optional[str], wrapped: bytes) -> AESGCM:
+        with self._lock:
+            got = self._unwrapped.get(session_id)
+            if got is not None and got[0] == wrapped:
+                self._unwrapped.move_to_end(session_id)
+                return got[1]
+        cipher = AESGCM(self.master.unwrap(session_id, key_id or "", wrapped))
+        with self._lock:
+            self._unwrapped[session_id] = (wrapped, cipher)
+            while len(self._unwrapped) > CACHE_SESSIONS:
+                self._unwrapped.popitem(last=False)
+        return cipher
+
+    def states(self, raw: Any, session_ids: Sequence[str]) -> dict[str, KeyState]:
+        """Each session's :class:`KeyState`, read on the driver connection ``raw`` (in the
+        caller's transaction: what it reads and this agree).
+
+        Raises:
+            MasterKeyError: a stored key does not unwrap (the ring lacks its master key, or it
+                was edited).
+        """
+        rows = self._select(raw, list(dict.fromkeys(session_ids))) if session_ids else {}
+        out: dict[str, KeyState] = {}
+        for sid in session_ids:
+            row = rows.get(sid)
+            if row is None:
+                out[sid] = KeyState(None)
+            elif row[1] is None:
+                self.forget(sid)
+                out[sid] = KeyState(None, row[2], erased=True)
+            else:
+                out[sid] = KeyState(self._cipher(sid, row[0], row[1]), row[2])
+        return out
+
+    def states_now(self, session_ids: Sequence[str]) -> dict[str, KeyState]:
+        """:meth:`states` in a read transaction of its own."""
+        with self.db.read() as conn:
+            return self.states(driver_connection(conn), session_ids)
 
     def for_write(self, raw: Any, session_ids: Sequence[str], now_us: int) -> dict[str, Optional[AESGCM]]:
         """Each session's cipher for appending sealed rows, in the write transaction open on
-        the driver connection ``raw``: loaded (and cached), or created and inserted for a
-        session that has none yet. ``None`` for an erased session.
+        the driver connection ``raw``: its key, created (wrapped and inserted) for a session
+        that has none yet; ``None`` for an erased session, whose content must not be
+        recorded again.
 
         Raises:
             MasterKeyError: a stored key does not unwrap.
         """
-        out: dict[str, Optional[AESGCM]] = {}
-        missing = []
-        with self._lock:
-            for sid in session_ids:
-                got = self._cache.get(sid)
-                if got is None:
-                    missing.append(sid)
-                else:
-                    out[sid] = None if got is _ERASED else got
-        if not missing:
-            return out
-        found = self._select(raw, missing)
+        found = self.states(raw, session_ids)
+        missing = [sid for sid, st in found.items() if st.created_at_us is None]
         for sid in missing:
-            if sid not in found:
-                data_key = AESGCM.generate_key(bit_length=256)
-                key_id, wrapped = self.master.wrap(sid, data_key)
-                # ON CONFLICT: another process (a worker appending an output) may create the
-                # session's key at the same moment; whichever commits first is the key.
-                raw.execute(
-                    self._sql(
-                        "INSERT INTO session_keys (session_id, master_key_id, wrapped, created_at_us) VALUES (?, ?, ?, ?) "
-                        "ON CONFLICT (session_id) DO NOTHING"
-                    ),
-                    (sid, key_id, wrapped, now_us),
-                )
-        if any(sid not in found for sid in missing):
-            found.update(self._select(raw, [s for s in missing if s not in found]))
-        with self._lock:
-            for sid in missing:
-                key_id, wrapped = found[sid]
-                cipher = self._cache[sid] = self._from_row(sid, key_id, wrapped)
-                out[sid] = None if cipher is _ERASED else cipher
-        return out
-
-    def _select(self, raw: Any, session_ids: Sequence[str]) -> dict[str, tuple[Optional[str], Optional[bytes]]]:
-        marks = ", ".join("?" * len(session_ids))
-        rows = raw.execute(
-            self._sql(f"SELECT session_id, master_key_id, wrapped FROM session_keys WHERE session_id IN ({marks})"), tuple(session_ids)
-        ).fetchall()
-        return {r[0]: (r[1], r[2]) for r in rows}
-
-    def for_read(self, session_id: str) -> Optional[AESGCM]:
-        """The session's cipher for reading (cached), or ``None``: no key (erased, or never
-        created) — its sealed content reads as erased.
-
-        Raises:
-            MasterKeyError: the stored key does not unwrap.
-        """
-        with self._lock:
-            got = self._cache.get(session_id)
-        if got is None:
-            with self.db.read() as conn:
-                row = self._select(driver_connection(conn), [session_id]).get(session_id)
-            got = _ERASED if row is None else self._from_row(session_id, *row)
-            if row is not None:  # a session without a key row may get one later: not cached
-                with self._lock:
-                    self._cache[session_id] = got
-        return None if got is _ERASED else got
+            key_id, wrapped = self.master.wrap(sid, AESGCM.generate_key(bit_length=256))
+            # ON CONFLICT: another process (a worker appending an output) may create the
+            # session's key at the same moment; whichever commits first is the key.
+            raw.execute(
+                self._sql(
+                    "INSERT INTO session_keys (session_id, master_key_id, wrapped, created_at_us) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (session_id) DO NOTHING"
+                ),
+                (sid, key_id, wrapped, now_us),
+            )
+        if missing:
+            found.update(self.states(raw, missing))
+        return {sid: st.cipher for sid, st in found.items()}
 
     def forget(self, session_id: str) -> None:
-        """Drop the session's cached key (after an erasure, here or elsewhere)."""
+        """Drop the session's unwrapped key from memory (its row says it is gone)."""
         with self._lock:
-            self._cache.pop(session_id, None)
+            self._unwrapped.pop(session_id, None)
 
 
 def decode_stored(
-    keys: Optional[DataKeys], session_id: str, seq: int, type_: str, version: int, data: str, payload: Optional[bytes], sealed: Optional[int]
+    cipher: Optional[AESGCM], session_id: str, seq: int, type_: str, version: int, data: str, payload: Optional[bytes], sealed: Optional[int]
 ) -> tuple[Event, bool]:
-    """A stored row's event, and whether its content was *withheld* (sealed and not opened:
-    the session was erased, or this reader holds no master key — it reads as
-    :func:`~duplex_es.events.codec.decode_sealed` says).
+    """A stored row's event, and whether its content was *withheld*: sealed and not opened,
+    because ``cipher`` (the session's, from :meth:`DataKeys.states`) is ``None`` — the
+    session was erased, or this reader holds no master key; it then reads as
+    :func:`~duplex_es.events.codec.decode_sealed` says.
 
     Raises:
         SealError: a sealed payload that does not open for this row (tampered or moved).
-        MasterKeyError: the session's wrapped key does not unwrap.
         EventDecodeError: the row does not decode; a ``sealed`` format this code does not know.
     """
     if sealed is None:
         return decode(type_, version, data, payload), False
     if sealed != SEALED_V1 or payload is None:
         raise EventDecodeError(type_, version, "bad_data", f"(sealed={sealed!r} with {'no' if payload is None else 'a'} payload: not a format this code reads)")
-    cipher = keys.for_read(session_id) if keys is not None else None
     if cipher is None:
         return decode_sealed(type_, version, data, None, audio_length(payload)), True
     return decode_sealed(type_, version, data, open_sealed(cipher, session_id, seq, type_, version, payload)), False
+
+
+def sealed_session_ids(raw: Any, sql: Any, session_ids: Sequence[str]) -> set[str]:
+    """Which of ``session_ids`` have a ``session_keys`` row (sealed, or erased), read on the
+    driver connection ``raw`` (``sql``: the backend's placeholder translation)."""
+    if not session_ids:
+        return set()
+    marks = ", ".join("?" * len(session_ids))
+    return {r[0] for r in raw.execute(sql(f"SELECT session_id FROM session_keys WHERE session_id IN ({marks})"), tuple(session_ids)).fetchall()}
+
+
+def key_row(raw: Any, sql: Any, session_id: str) -> Optional[tuple[bool, int, Optional[int]]]:
+    """The session's ``session_keys`` row as ``(key destroyed, created_at_us, erased_at_us)``,
+    or ``None`` without one — what an audit checks, no master key needed."""
+    row = raw.execute(sql("SELECT wrapped IS NULL, created_at_us, erased_at_us FROM session_keys WHERE session_id = ?"), (session_id,)).fetchone()
+    return None if row is None else (bool(row[0]), row[1], row[2])
 
 
 def destroy_key_in(raw: Any, sql: Any, session_id: str, now_us: int) -> bool:

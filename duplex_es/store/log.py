@@ -19,9 +19,21 @@ from sqlalchemy.engine import Connection
 
 from duplex_es.errors import LogError
 from duplex_es.events import Event, TickCanceller, TickRequest, decode
-from duplex_es.events.codec import encode_row, encode_sealed_row
+from duplex_es.events.codec import encode_row, encode_sealed_row, has_content
 from duplex_es.store.chain import GENESIS, KeyRing, event_hash
-from duplex_es.store.datakeys import SEALED_V1, DataKeys, MasterKeys, SessionErased, decode_stored, destroy_key_in, seal
+from duplex_es.store.datakeys import (
+    SEALED_V1,
+    DataKeys,
+    KeyState,
+    MasterKeys,
+    SealError,
+    SealingRequired,
+    SessionErased,
+    decode_stored,
+    destroy_key_in,
+    sealed_session_ids,
+    seal,
+)
 from duplex_es.store.appendsql import AppendSql
 from duplex_es.store.database import Database, driver_connection
 from duplex_es.store.gcpause import collector_paused
@@ -194,10 +206,14 @@ def _recorded(
     hash_: str,
     payload: Optional[bytes],
     sealed: Optional[int] = None,
-    data_keys: Optional[DataKeys] = None,
+    key: Optional[KeyState] = None,
 ) -> Recorded:
-    """One stored event decoded, with its log coordinates (a sealed row opened with
-    ``data_keys``, or read as withheld).
+    """One stored event decoded, with its log coordinates: a sealed row opened with its
+    session's ``key`` (:meth:`DataKeys.states`), or read as withheld without one.
+
+    A row in the clear with a payload, recorded after its session's data key was created,
+    cannot have been written so (every content of a sealed session is sealed): its sealed flag
+    was cleared, and its payload is ciphertext — refused, not played as audio.
 
     Raises:
         StoredEventError: the event cannot be decoded or its sealed content does not open
@@ -205,8 +221,10 @@ def _recorded(
     """
     try:
         if sealed is None:
+            if payload is not None and key is not None and key.created_at_us is not None and recorded_at_us >= key.created_at_us:
+                raise SealError(session_id, seq, "a payload in the clear recorded after the session was sealed (its sealed flag was cleared)")
             return Recorded(position, session_id, seq, decode(type_, version, data, payload), recorded_at_us, hash_)
-        ev, withheld = decode_stored(data_keys, session_id, seq, type_, version, data, payload, sealed)
+        ev, withheld = decode_stored(key.cipher if key is not None else None, session_id, seq, type_, version, data, payload, sealed)
     except Exception as exc:
         raise StoredEventError(position, session_id, seq, exc) from exc
     return Recorded(position, session_id, seq, ev, recorded_at_us, hash_, withheld)
@@ -238,11 +256,25 @@ class EventLog:
         blob = "CAST(payload AS BLOB)" if db.backend.name == "sqlite" else "payload"
         self._range_sql, self._decode_sql = (q.replace(" payload, sealed FROM", f" {blob}, sealed FROM") for q in (_RANGE_SQL, _DECODE_SQL))
 
-    def _decode_raw(self, raw: RawRecord) -> Recorded:
-        """A stored row decoded (see :func:`_recorded`)."""
-        return _recorded(
-            raw.position, raw.session_id, raw.seq, raw.type, raw.version, raw.data, raw.recorded_at_us, raw.hash, raw.payload, raw.sealed, self.data_keys
-        )
+    def _key_states(self, conn: Optional[Connection], session_ids: Iterable[str]) -> dict[str, KeyState]:
+        """The data key state of each session (none without a master key), read in ``conn``'s
+        transaction, or in one of its own."""
+        if self.data_keys is None:
+            return {}
+        sids = list(dict.fromkeys(session_ids))
+        if not sids:
+            return {}
+        if conn is None:
+            return self.data_keys.states_now(sids)
+        return self.data_keys.states(driver_connection(conn), sids)
+
+    def _decode_raws(self, raws: Sequence[RawRecord], conn: Optional[Connection] = None) -> list[Recorded]:
+        """Stored rows decoded (see :func:`_recorded`), their sessions' keys checked once."""
+        states = self._key_states(conn, (r.session_id for r in raws))
+        return [
+            _recorded(r.position, r.session_id, r.seq, r.type, r.version, r.data, r.recorded_at_us, r.hash, r.payload, r.sealed, states.get(r.session_id))
+            for r in raws
+        ]
 
     # ---------------------------------------------------------------------------------- writes
 
@@ -329,8 +361,10 @@ class EventLog:
         now = _now_us()
         keys = self.keys
         key_id = keys.signing_id if keys is not None else None
-        # Sealing (docs/privacy.md): each session's data key, created here for a new session.
+        # Sealing (docs/privacy.md): each session's data key, created here for a new session;
+        # an appender without the master key must not write content into a sealed session.
         ciphers = self.data_keys.for_write(raw, sids, now) if self.data_keys is not None else None
+        sealed_elsewhere = sealed_session_ids(raw, self.db.backend.sql, sids) if ciphers is None else ()
         for i, r in enumerate(requests):
             if r.fence is not None:
                 owner = owners.get(r.session_id)
@@ -343,7 +377,7 @@ class EventLog:
                     repeats.append((i, last))
                 else:
                     stored = self._read_range(conn, r.session_id, first - 1, last)
-                    outcomes[i] = AppendResult(tuple(self._decode_raw(x) for x in stored), duplicate=True)
+                    outcomes[i] = AppendResult(tuple(self._decode_raws(stored, conn)), duplicate=True)
                 continue
             head_seq, prev_hash = heads.get(r.session_id, (0, GENESIS))
             if r.expected_seq != ANY_SEQ and r.expected_seq != head_seq:
@@ -357,6 +391,9 @@ class EventLog:
             for ev in r.events:
                 sealed = None
                 if ciphers is None:
+                    if r.session_id in sealed_elsewhere and has_content(ev):
+                        refused = SealingRequired(r.session_id)
+                        break
                     type_, version, data, payload = encode_row(ev)
                 else:
                     type_, version, data, payload, plaintext = encode_sealed_row(ev)
@@ -499,11 +536,11 @@ class EventLog:
         """
         with self.db.read() as conn:
             rows = self._range_rows(conn, session_id, after_seq, up_to_seq, self._decode_sql)
+            key = self._key_states(conn, [session_id]).get(session_id) if rows else None
         out: list[Recorded] = []
         with collector_paused(len(rows) >= BULK_ROWS):
-            keys = self.data_keys
             for i, (position, seq, type_, version, data, recorded_at_us, hash_, payload, sealed) in enumerate(rows):
-                out.append(_recorded(position, session_id, seq, type_, version, data, recorded_at_us, hash_, payload, sealed, keys))
+                out.append(_recorded(position, session_id, seq, type_, version, data, recorded_at_us, hash_, payload, sealed, key))
                 rows[i] = None  # type: ignore[call-overload]  # decoded: free its text now, not with the list
         return out
 
@@ -517,7 +554,7 @@ class EventLog:
                 .where(events_t.c.session_id == session_id, events_t.c.seq.in_(tuple(seqs)))
                 .order_by(events_t.c.seq)
             )
-            return [self._decode_raw(RawRecord(*r)) for r in rows]
+            return self._decode_raws([RawRecord(*r) for r in rows], conn)
 
     def applied_key(self, session_id: str, key: str) -> tuple[int, int] | None:
         """The ``(first_seq, last_seq)`` a batch appended under idempotency ``key`` wrote in the
@@ -543,7 +580,7 @@ class EventLog:
         Positions follow commit order on both backends, so a reader that remembers the last
         position it saw never skips a committed event (docs/architecture.md, I8).
         """
-        return [self._decode_raw(r) for r in self.tail_raw(after_position, limit)]
+        return self._decode_raws(self.tail_raw(after_position, limit))
 
     def tail_raw(self, after_position: int = 0, limit: int = 1000) -> list[RawRecord]:
         """:meth:`tail` without decoding."""
@@ -650,8 +687,7 @@ class EventLog:
         with self.db.read() as conn:
             for i in range(0, len(ids), 500):  # bounded IN lists
                 q = sa.select(*_COLUMNS).where(events_t.c.seq == 1, events_t.c.session_id.in_(ids[i : i + 500]))
-                for row in conn.execute(q):
-                    rec = self._decode_raw(RawRecord(*row))
+                for rec in self._decode_raws([RawRecord(*row) for row in conn.execute(q)], conn):
                     out[rec.session_id] = rec
         return out
 

@@ -73,7 +73,7 @@ class SnapshotStore:
     def _seal(self, session_id: str, seq: int, reducer_version: int, data: str) -> Optional[str]:
         if self.data_keys is None:
             return data
-        cipher = self.data_keys.for_read(session_id)
+        cipher = self.data_keys.states_now([session_id])[session_id].cipher
         if cipher is None:  # erased (or nothing of it sealed yet): no snapshot in the clear
             return None
         nonce = os.urandom(12)
@@ -83,7 +83,7 @@ class SnapshotStore:
     def _open(self, session_id: str, seq: int, reducer_version: int, stored: str) -> Optional[str]:
         if not stored.startswith(_SEALED_PREFIX):
             return stored
-        cipher = self.data_keys.for_read(session_id) if self.data_keys is not None else None
+        cipher = self.data_keys.states_now([session_id])[session_id].cipher if self.data_keys is not None else None
         if cipher is None:
             return None
         try:

@@ -149,8 +149,10 @@ class TickQueue:
             exclude_sessions=tuple(exclude_sessions),
         )
         claims = []
+        keys = self.log.data_keys.states_now([r[1] for r in rows if r[9] is not None]) if self.log.data_keys is not None else {}
         for request_id, session_id, seq, kind, attempts, type_, version, data, payload, sealed in rows:
-            tick, withheld = decode_stored(self.log.data_keys, session_id, seq, type_, version, data, payload, sealed)
+            key = keys.get(session_id)
+            tick, withheld = decode_stored(key.cipher if key is not None else None, session_id, seq, type_, version, data, payload, sealed)
             assert isinstance(tick, TickRequest), f"ticks row {request_id} points at a {tick.TYPE}"
             claims.append(Claim(request_id, session_id, seq, kind, token, until, attempts, tick, withheld))
         return claims

@@ -212,3 +212,21 @@ def test_retention_erases_ended_sessions_past_their_age_while_the_server_serves(
         recs = log.read_session(sid)
         assert not any(r.withheld for r in recs) and type(recs[-1].event).__name__ != "SessionErased"
     assert b"parsnips" not in _stored(url, tmp_path) and b"retention: erased session " + bob.session_id.encode() in _logs(tmp_path)
+
+
+def test_an_erasure_from_another_process_takes_effect_in_a_running_server(tmp_path: Path):
+    """``duplex-es erase`` while ``serve`` runs (the server had the session's key in hand): the
+    server's ``GET /v1/sessions/{id}`` shows the structure without the content at once."""
+    master = tmp_path / "master.key"
+    assert _cli("master-key", "new", str(master)).returncode == 0
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    with running(url, tmp_path, workers=0, server_args=["--master-key-file", str(master)]) as (port, _, _):
+        c = WsClient(port)
+        c.say("the password is rutabaga")
+        c.close()
+        before = urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/sessions/{c.session_id}", timeout=10).read()
+        assert b"rutabaga" in before  # the server reads it with the key
+        done = _cli("erase", "--db", url, c.session_id)
+        assert done.returncode == 0, done.stdout + done.stderr
+        after = urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/sessions/{c.session_id}", timeout=10).read()
+    assert b"rutabaga" not in after and json.loads(after)["seq"] > 0
