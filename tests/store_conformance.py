@@ -64,7 +64,7 @@ from duplex_es.store import (
     upgrade,
 )
 from duplex_es.store.backend import Backend
-from duplex_es.store.datakeys import MasterKeyError, MasterKeys, SealingRequired, SessionErased as SessionErasedError, rewrap_all
+from duplex_es.store.datakeys import MasterKeyError, MasterKeys, SealingRequired, SessionErasedError, rewrap_all
 from duplex_es.store.log import StoredEventError
 from duplex_es.events.catalogue import SpeechInputs
 from duplex_es.store.chain import GENESIS, event_hash
@@ -649,6 +649,22 @@ class StoreConformance:
         with pytest.raises(SessionErasedError):
             there.append("s", [said("late")], expected_seq=ANY_SEQ)
         assert there.head("s") == 5
+
+    def test_a_worker_output_for_a_session_erased_meanwhile_is_dropped_and_its_tick_cancelled(self, db: Database):
+        """A worker claimed a tick, the session was erased while it ran: its output is refused
+        (a ``ClaimLost`` naming the erasure, nothing appended, the tick cancelled) and the
+        other outputs of the same batch commit."""
+        log = self._sealed(db)
+        for sid in ("s", "t"):
+            log.append(sid, [opened(sid), _tick(f"req_{sid}")], expected_seq=0)
+        queue = TickQueue(log)
+        claims = {c.session_id: c for c in queue.claim_batch("w", ttl_ms=60_000, max_ticks=2)}
+        log.append("s", [SessionClosed()], expected_seq=2)
+        log.erase("s", [SessionErased(at_us=1, by="operator")], expected_seq=3)
+        answers = [TickOutput(session_id=sid, request_id=f"req_{sid}", response_id="resp", epoch=0, chunk_index=0, text_delta="secret answer") for sid in ("s", "t")]
+        lost, done = queue.commit_batch([(claims["s"], [answers[0]]), (claims["t"], [answers[1]])])
+        assert isinstance(lost, ClaimLost) and "erased" in str(lost) and done.records[0].event == answers[1]
+        assert log.head("s") == 4 and queue.status("req_s")["status"] == "cancelled"
 
     def test_an_appender_without_the_master_key_cannot_write_content_into_a_sealed_session(self, db: Database):
         """A process started without --master-key-file on a sealed deployment: its content

@@ -49,7 +49,7 @@ __all__ = [
     "MASTER_KEY_BYTES",
     "MasterKeyError",
     "SealError",
-    "SessionErased",
+    "SessionErasedError",
     "MasterKeys",
     "DataKeys",
     "seal",
@@ -110,7 +110,7 @@ class SealingRequired(LogError):
         )
 
 
-class SessionErased(LogError):
+class SessionErasedError(LogError):
     """Content was appended to a session whose data key was erased (docs/privacy.md): refused,
     nothing written.
 

@@ -28,7 +28,7 @@ from duplex_es.store.datakeys import (
     MasterKeys,
     SealError,
     SealingRequired,
-    SessionErased,
+    SessionErasedError,
     decode_stored,
     destroy_key_in,
     sealed_session_ids,
@@ -400,7 +400,7 @@ class EventLog:
                     if plaintext is not None:
                         cipher = ciphers.get(r.session_id)
                         if cipher is None:  # erased: its content must not be recorded again
-                            refused = SessionErased(r.session_id)
+                            refused = SessionErasedError(r.session_id)
                             break
                         payload, sealed = seal(cipher, r.session_id, head_seq + 1, type_, version, plaintext), SEALED_V1
                 head_seq += 1

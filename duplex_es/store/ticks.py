@@ -30,7 +30,7 @@ import sqlalchemy as sa
 
 from duplex_es.errors import LogError
 from duplex_es.events import Event, TickRequest
-from duplex_es.store.datakeys import decode_stored
+from duplex_es.store.datakeys import SealingRequired, SessionErasedError, decode_stored
 from duplex_es.store.log import ANY_SEQ, AppendRequest, EventLog, Recorded
 from duplex_es.store.schema import ticks as ticks_t
 
@@ -265,10 +265,16 @@ class TickQueue:
                 requests.append(AppendRequest(claim.session_id, tuple(events), ANY_SEQ, claim.request_id))
                 slots.append(i)
             # Workers append unfenced by ownership (their claim is their fence), at any head, so
-            # no request of the batch can be refused here; database errors roll all back.
+            # only sealing can refuse a request here: the session was erased meanwhile, or this
+            # worker cannot seal (docs/privacy.md) — its output is dropped and its tick
+            # cancelled, the others commit; database errors roll all back.
             results = self.log.append_batch_in(conn, requests) if requests else []
-            finished = []
+            finished, refused = [], []
             for i, result in zip(slots, results):
+                if isinstance(result, (SessionErasedError, SealingRequired)):
+                    outcomes[i] = ClaimLost(outputs[i][0].request_id, f"refused: {result}")
+                    refused.append(outputs[i][0].request_id)
+                    continue
                 if isinstance(result, Exception):  # not reachable without a fence or expected seq
                     raise result
                 status = rows[outputs[i][0].request_id].status
@@ -277,6 +283,8 @@ class TickQueue:
                     finished.append(outputs[i][0].request_id)
             if finished:
                 conn.execute(ticks_t.update().where(ticks_t.c.request_id.in_(finished)).values(status="done"))
+            if refused:
+                conn.execute(ticks_t.update().where(ticks_t.c.request_id.in_(refused)).values(status="cancelled"))
         return outcomes  # type: ignore[return-value]
 
     def status(self, request_id: str) -> dict | None:
