@@ -27,7 +27,7 @@ from duplex_es.events import catalogue as c
 from duplex_es.events import duplex as d
 from duplex_es.events import world as w
 
-__all__ = ["SEALED_PATHS", "CLEAR_TEXT_FIELDS", "is_sealed_class", "split", "merge"]
+__all__ = ["SEALED_PATHS", "CLEAR_TEXT_FIELDS", "split", "merge"]
 
 # Session configuration: the prompt and the tools are the operator's and the user's words; the
 # model, voices, formats and turn detection are structure (the audio clock needs the formats).
@@ -78,11 +78,6 @@ CLEAR_TEXT_FIELDS: frozenset[str] = frozenset(
         "message", "error_message",
     }
 )
-
-
-def is_sealed_class(cls: type) -> bool:
-    """Whether events of ``cls`` have content to seal."""
-    return cls in SEALED_PATHS
 
 
 def _empty_like(value: Any) -> Any:

@@ -226,7 +226,6 @@ class KeyState:
 
     cipher: Optional[AESGCM]
     created_at_us: Optional[int] = None
-    erased: bool = False
 
 
 class DataKeys:
@@ -287,7 +286,7 @@ class DataKeys:
                 out[sid] = KeyState(None)
             elif row[1] is None:
                 self.forget(sid)
-                out[sid] = KeyState(None, row[2], erased=True)
+                out[sid] = KeyState(None, row[2])
             else:
                 out[sid] = KeyState(self._cipher(sid, row[0], row[1]), row[2])
         return out
