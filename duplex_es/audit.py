@@ -40,11 +40,12 @@ from duplex_es.domain.kinds import started_by
 from duplex_es.events import Event, SessionErased
 from duplex_es.snapshots import decode_state
 from duplex_es.store import EventLog, SnapshotStore
+from duplex_es.store.archives import ArchivedSession, ArchiveError, archived_records
 from duplex_es.store.chain import GENESIS, KeyRing, event_hash
 from duplex_es.store.database import driver_connection
 from duplex_es.store.datakeys import MasterKeyError, SealError, decode_stored, key_row
 
-__all__ = ["Violation", "SessionAudit", "audit_session", "audit_all"]
+__all__ = ["Violation", "SessionAudit", "audit_session", "audit_all", "audit_archived"]
 
 
 @attrs.frozen
@@ -66,6 +67,7 @@ class SessionAudit:
     unkeyed_events: int = 0  # events on the unkeyed chain (an edit with a recomputed chain goes unseen)
     sealed_events: int = 0  # events whose content is sealed (docs/privacy.md)
     erased_at_us: Optional[int] = None  # when its content was erased (its ``session.erased``), if it was
+    archive: Optional[str] = None  # the archive file its events were read from (docs/privacy.md, "Archives")
 
     @property
     def ok(self) -> bool:
@@ -73,7 +75,7 @@ class SessionAudit:
         return not self.violations
 
 
-def audit_session(log: EventLog, session_id: str, *, keyed_since: Optional[int] = None) -> SessionAudit:
+def audit_session(log: EventLog, session_id: str, *, keyed_since: Optional[int] = None, key_rules: bool = True) -> SessionAudit:
     """Audit one session from its stored rows (and its snapshots), verifying keyed hashes with
     ``log.keys``.
 
@@ -81,11 +83,15 @@ def audit_session(log: EventLog, session_id: str, *, keyed_since: Optional[int] 
         keyed_since: the log's first keyed position (:meth:`EventLog.first_keyed_position`;
             looked up when ``None`` and the log has a key ring): an unkeyed event after it is
             a violation.
+        key_rules: check the data key's rules (``False``: an archive read without the log
+            that holds its key, which cannot tell a destroyed key from one not brought along).
     """
     if keyed_since is None and log.keys is not None:
         keyed_since = log.first_keyed_position()
     rows = log.read_raw(session_id)
     cipher, key_bad = _check_key(log, session_id, rows)
+    if not key_rules:
+        key_bad = [v for v in key_bad if v.check == "key"]
     report = _audit_rows(session_id, rows, log.keys, keyed_since, cipher, key_bad)
     checked, bad = _check_snapshots(log, session_id, rows, cipher)
     return attrs.evolve(report, snapshots=checked, violations=report.violations + tuple(bad))
@@ -235,7 +241,31 @@ def _audit_rows(
     )
 
 
-def audit_all(log: EventLog) -> list[SessionAudit]:
-    """Audit every session that has any stored row (one whose first event is gone too)."""
+def audit_all(log: EventLog, *, archive_dirs: Sequence[str] = ()) -> list[SessionAudit]:
+    """Audit every session that has any stored row (one whose first event is gone too), then
+    every archived session from its file (:func:`audit_archived`; ``archive_dirs``: where
+    moved files may be)."""
     keyed_since = log.first_keyed_position() if log.keys is not None else None
-    return [audit_session(log, sid, keyed_since=keyed_since) for sid in log.every_session_id()]
+    archived = archived_records(log.db)
+    out = [audit_session(log, sid, keyed_since=keyed_since) for sid in log.every_session_id()]
+    return out + [audit_archived(log, rec, archive_dirs) for rec in archived.values()]
+
+
+def audit_archived(log: EventLog, record: ArchivedSession, archive_dirs: Sequence[str] = ()) -> SessionAudit:
+    """Audit an archived session from its file (docs/privacy.md, "Archives"), found at its
+    recorded location or by name in ``archive_dirs``: the file must be the one recorded (its
+    SHA-256, events and head hash), and the session's chain, with the events the log holds
+    after it (its erasure), must pass every check :func:`audit_session` makes. A file that is
+    missing or unreadable is a violation (``archive``): the log no longer holds those events,
+    so nothing else vouches for them."""
+    from duplex_es.archive import locate, open_archive
+
+    path = locate(record, archive_dirs)
+    try:
+        master = log.data_keys.master if log.data_keys else None
+        with open_archive(path, hot=log, keys=log.keys, master_keys=master, session_id=record.session_id) as opened:
+            report = audit_session(opened.log, record.session_id)
+            extra = tuple(Violation("archive", record.last_seq, m) for m in opened.mismatches)
+    except ArchiveError as exc:
+        return SessionAudit(record.session_id, "?", record.events, 0, 0, 0, 0, 0, 0, (Violation("archive", 0, f"{exc}: its events cannot be checked"),), archive=path)
+    return attrs.evolve(report, violations=extra + report.violations, archive=path)

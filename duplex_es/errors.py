@@ -12,7 +12,7 @@ This module imports nothing: every layer may use it.
 
 from __future__ import annotations
 
-__all__ = ["DuplexError", "LogError", "SessionError", "ProtocolError"]
+__all__ = ["DuplexError", "LogError", "SessionError", "ProtocolError", "OperationRefused"]
 
 
 class DuplexError(Exception):
@@ -29,3 +29,18 @@ class SessionError(DuplexError):
 
 class ProtocolError(DuplexError):
     """A wire message could not become a command (``duplex_es.protocol``)."""
+
+
+class OperationRefused(DuplexError):
+    """An operator's operation on one session that was not done; nothing changed
+    (``duplex_es.erasure``, ``duplex_es.archive``).
+
+    Attributes:
+        code: what a caller branches on (each subclass lists its codes).
+        session_id: the session.
+    """
+
+    def __init__(self, code: str, session_id: str, message: str) -> None:
+        self.code = code
+        self.session_id = session_id
+        super().__init__(message)

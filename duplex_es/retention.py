@@ -23,6 +23,7 @@ import attrs
 from duplex_es.domain.kinds import ENDED_BY
 from duplex_es.erasure import Erasure, ErasureRefused, erase_session
 from duplex_es.store import EventLog, WrongExpectedSeq
+from duplex_es.store.archives import archived_sealed_ended_before
 
 __all__ = ["RetentionPolicy", "sweep", "DAY_US"]
 
@@ -74,11 +75,15 @@ def sweep(elog: EventLog, policy: RetentionPolicy, *, now_us: Optional[int] = No
     shortest = min([d for d in (policy.default_days, *policy.per_principal.values()) if d is not None])
     candidates: list[tuple[str, int]] = []
     while True:
-        page = elog.sealed_sessions_ended_before(_ENDED_TYPES, now - int(shortest * DAY_US), _PAGE, len(candidates))
+        page = elog.sessions_ended_before(_ENDED_TYPES, now - int(shortest * DAY_US), _PAGE, len(candidates), sealed_only=True)
         candidates += page
         if len(page) < _PAGE:
             break
     principals = {sid: getattr(rec.event, "principal", None) for sid, rec in elog.first_events([s for s, _ in candidates]).items()}
+    # Archived sessions: their first event is in a file, their principal and end in their record.
+    for rec in archived_sealed_ended_before(elog.db, now - int(shortest * DAY_US)):
+        candidates.append((rec.session_id, rec.ended_at_us))
+        principals[rec.session_id] = rec.principal
     seen = refused if refused is not None else set()
     done: list[Erasure] = []
     for sid, ended_us in candidates:

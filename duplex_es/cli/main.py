@@ -7,6 +7,7 @@ Every command takes ``--db URL``; the default is ``DUPLEX_ES_DATABASE_URL``, els
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import logging
@@ -14,7 +15,7 @@ import os
 import signal
 import socket
 import sys
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 import attrs
 import sqlalchemy as sa
@@ -24,7 +25,8 @@ from rich.markup import escape
 from duplex_es.cli.arguments import CliError, non_negative_int, port, positive_int
 from duplex_es.cli.discovery import add_tool_commands
 from duplex_es.errors import DuplexError
-from duplex_es.store import Database, EventLog, KeyRing, upgrade
+from duplex_es.store import Database, DatabaseNotFound, EventLog, KeyRing, upgrade
+from duplex_es.store.archives import ArchiveError, archived_records
 from duplex_es.store.database import resolve_url
 from duplex_es.store.datakeys import MasterKeys
 
@@ -83,14 +85,61 @@ def _read_db(args: argparse.Namespace) -> Database:
 def _resolve_session(log: EventLog, given: str) -> str:
     if not given:
         raise SystemExit("duplex-es: the session id is empty")
-    if log.head(given):
+    if log.head(given) or archived_records(log.db, [given]):
         return given
-    matches = log.find_session(given)
+    matches = log.find_session(given) + [sid for sid in archived_records(log.db) if sid.startswith(given)]
     if len(matches) == 1:
         return matches[0]
     if not matches:
         raise SystemExit(f"duplex-es: no session {given!r} in this database")
     raise SystemExit(f"duplex-es: {given!r} matches {len(matches)} sessions; give more of the id")
+
+
+@attrs.frozen
+class _Reading:
+    """What a read command reads: ``log``, and ``session_id`` when one was named. For an
+    archived session (``--archive FILE``, or one the database moved to a file) ``log`` is its
+    archive opened as a log (duplex_es.archive.open_archive), and ``archive`` says so."""
+
+    log: EventLog
+    session_id: Optional[str]
+    archive: Any = None  # duplex_es.archive.OpenedArchive
+
+
+@contextlib.contextmanager
+def _reading(args: argparse.Namespace, given: Optional[str], *, keys: Optional[KeyRing] = None) -> Iterator[_Reading]:
+    """The log a read command (replay, audit, inspect, export) works on: ``--db``'s, or, for
+    ``--archive FILE`` or a session archived in ``--db`` (its file found where it was written,
+    or in ``--archive-dir``), that session's archive (docs/privacy.md, "Archives"). With
+    ``--archive``, ``--db`` is optional: it brings the session's key and erasure, and the
+    record the file is checked against."""
+    from duplex_es.archive import locate, open_archive
+
+    master = _master_keys(args)
+    path = getattr(args, "archive", None)
+    try:
+        if path:
+            try:
+                hot: Optional[EventLog] = EventLog(_read_db(args), keys=keys, master_keys=master)
+            except DatabaseNotFound:
+                hot = None
+            with open_archive(path, hot=hot, keys=keys, master_keys=master) as opened:
+                sid = opened.header.session_id
+                if given and not sid.startswith(given):
+                    raise CliError(f"--archive {path} holds session {sid}, not {given!r}")
+                yield _Reading(opened.log, sid, opened)
+            return
+        log = EventLog(_read_db(args), keys=keys, master_keys=master)
+        sid = _resolve_session(log, given) if given else None
+        record = archived_records(log.db, [sid]).get(sid) if sid else None
+        if record is None:
+            yield _Reading(log, sid)
+            return
+        with open_archive(locate(record, getattr(args, "archive_dir", None) or ()), hot=log, keys=keys, master_keys=master, session_id=sid) as opened:
+            yield _Reading(opened.log, sid, opened)
+    except ArchiveError as exc:
+        hint = " (moved? give --archive-dir DIR or --archive FILE)" if exc.code == "archive_missing" else ""
+        raise CliError(f"{exc.code}: {exc}{hint}") from None
 
 
 # ------------------------------------------------------------------------------------ commands
@@ -331,32 +380,105 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     for sid in log.session_ids():
         table.add_row(sid, str(log.head(sid)))
     console.print(table)
+    archived = archived_records(log.db)
+    if archived:
+        table = Table(title="archived sessions (their events in files: docs/privacy.md, \"Archives\")")
+        for col in ("session", "events", "file", "bytes"):
+            table.add_column(col)
+        for rec in archived.values():
+            table.add_row(rec.session_id, str(rec.events), rec.location, f"{rec.file_bytes:,}")
+        console.print(table)
     return 0
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+    """``archive [SESSION ...] --to DIR``: move ended sessions into compressed files
+    (docs/privacy.md, "Archives"); ``--ended-days N`` takes every session that ended N days
+    ago or more; ``--compact`` then gives the space back to the file system."""
+    import time
+
+    from duplex_es.archive import ArchiveRefused, archive_ended, archive_session
+    from duplex_es.retention import DAY_US
+
+    if bool(args.session_id) == (args.ended_days is not None):
+        raise CliError("archive: name the sessions, or give --ended-days N (every session that ended N days ago or more), not both")
+    if not os.path.isdir(args.to):
+        raise CliError(f"archive: --to {args.to} is not a directory")
+    db = _read_db(args)
+    log = EventLog(db)
+    size_before = _db_bytes(db)
+    refused: list[ArchiveRefused] = []
+    if args.session_id:
+        done = []
+        for given in args.session_id:
+            try:
+                done.append(archive_session(log, _resolve_session(log, given), args.to))
+            except ArchiveRefused as exc:
+                refused.append(exc)
+    else:
+        done, refused = archive_ended(log, args.to, ended_before_us=time.time_ns() // 1000 - int(args.ended_days * DAY_US))
+    for a in done:
+        console.print(f"archived session {a.session_id}: {a.events} events, {a.stored_bytes:,} bytes in the database -> {a.path} ({a.file_bytes:,} bytes)", highlight=False)
+    for exc in refused:
+        errors.print(f"not archived: session {escape(exc.session_id)} ({exc.code}): {escape(str(exc))}", highlight=False, soft_wrap=True)
+    console.print(
+        f"{len(done)} session(s) archived, {sum(a.events for a in done)} events, {sum(a.stored_bytes for a in done):,} bytes of rows "
+        f"-> {sum(a.file_bytes for a in done):,} bytes of files",
+        highlight=False,
+    )
+    if args.compact:
+        from duplex_es.store.archives import compact
+
+        compact(db)
+        console.print(f"compacted {db.describe()}: {size_before:,} -> {_db_bytes(db):,} bytes", highlight=False)
+    return 1 if refused and args.session_id else 0
+
+
+def _db_bytes(db: Database) -> int:
+    """The database's size on disk (bytes): the SQLite file and its WAL, or PostgreSQL's
+    total relation size of the log's tables."""
+    if db.backend.name == "sqlite":
+        path = sa.engine.make_url(db.url).database or ""
+        return sum(os.path.getsize(p) for p in (path, path + "-wal") if p and os.path.exists(p))
+    with db.read() as conn:
+        return int(
+            conn.execute(
+                sa.text(
+                    "SELECT sum(pg_total_relation_size(c)) FROM unnest(ARRAY['events', 'idempotency', 'snapshots', 'ticks', 'session_owners']) AS c"
+                )
+            ).scalar_one()
+        )
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from duplex_es.cli.render import print_replay, replay_json
     from duplex_es.replay import replay
 
-    log = EventLog(_read_db(args), master_keys=_master_keys(args))
     if args.recheck:
-        return _recheck(args, log)
-    if len(args.session_id) != 1:
+        if args.archive or len(args.session_id) == 1:
+            with _reading(args, args.session_id[0] if args.session_id else None) as reading:
+                return _recheck(args, reading.log, [reading.session_id])  # type: ignore[list-item]
+        return _recheck(args, EventLog(_read_db(args), master_keys=_master_keys(args)), args.session_id)
+    if len(args.session_id) > 1 or (not args.session_id and not args.archive):
         raise CliError("replay takes one session id (several, or none for all, only with --recheck)")
-    session_id = _resolve_session(log, args.session_id[0])
-    head = log.head(session_id)
-    if args.at is not None and not 1 <= args.at <= head:
-        raise CliError(f"--at {args.at} is outside session {session_id}, whose events are 1..{head}")
-    result = replay(log, session_id, at=args.at)
-    if args.json:
-        print(json.dumps(replay_json(result), indent=2))
-    else:
-        print_replay(console, result)
-    if args.render is None:
-        return 0
-    from duplex_es.replay import rerender
+    with _reading(args, args.session_id[0] if args.session_id else None) as reading:
+        log, session_id = reading.log, reading.session_id
+        assert session_id is not None
+        head = log.head(session_id)
+        if args.at is not None and not 1 <= args.at <= head:
+            raise CliError(f"--at {args.at} is outside session {session_id}, whose events are 1..{head}")
+        result = replay(log, session_id, at=args.at)
+        if args.json:
+            print(json.dumps(replay_json(result), indent=2))
+        else:
+            if reading.archive is not None:
+                console.print(f"read from archive {reading.archive.path}", highlight=False)
+            print_replay(console, result)
+        if args.render is None:
+            return 0
+        from duplex_es.replay import rerender
 
-    report = rerender(log, session_id, args.render)
+        report = rerender(log, session_id, args.render)
     console.print(
         f"re-rendered {report.frames} frames into {args.render}: "
         + ("all match the recorded hashes" if report.ok else f"{len(report.mismatches)} differ: {list(report.mismatches)[:10]}"),
@@ -367,14 +489,19 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def _recheck(args: argparse.Namespace, log: EventLog) -> int:
-    """``replay --recheck``: re-decide the sessions' logged commands; 1 on any difference."""
+def _recheck(args: argparse.Namespace, log: EventLog, given: Sequence[str]) -> int:
+    """``replay --recheck``: re-decide the sessions' logged commands; 1 on any difference.
+    An archived session is rechecked from its file when it is the only one named."""
     from duplex_es.cli.render import print_recheck, recheck_json
     from duplex_es.recheck import recheck_log
 
     if args.at is not None or args.render is not None:
         raise CliError("--recheck re-decides whole sessions: it takes neither --at nor --render")
-    results = recheck_log(log, [_resolve_session(log, s) for s in args.session_id])
+    sids = [_resolve_session(log, s) for s in given]
+    archived = sorted(archived_records(log.db, sids)) if len(sids) > 1 else []
+    if archived:
+        raise CliError(f"--recheck: session(s) {', '.join(archived)} are archived: recheck each alone (`replay SESSION --recheck` reads its file)")
+    results = recheck_log(log, sids)
     if args.json:
         print(json.dumps(recheck_json(results), indent=2))
     else:
@@ -383,20 +510,28 @@ def _recheck(args: argparse.Namespace, log: EventLog) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from duplex_es.audit import audit_all, audit_session
+    from duplex_es.audit import Violation, audit_all, audit_session
     from duplex_es.cli.render import audit_json, print_audit, print_tamper_notes
 
     keys = _chain_keys(args)
     if args.checkpoint and keys is None:
         raise CliError(f"--checkpoint {args.checkpoint}: checkpoints are signed with the chain key; give --chain-key-file (or $DUPLEX_ES_CHAIN_KEY_FILE)")
-    log = EventLog(_read_db(args), keys=keys, master_keys=_master_keys(args))
-    session_id = _resolve_session(log, args.session_id) if args.session_id else None
-    audits = [audit_session(log, session_id)] if session_id else audit_all(log)
+    if args.checkpoint and args.archive:
+        raise CliError("--checkpoint checks the log of --db, not an archive file")
     findings = []
-    if args.checkpoint:
+    with _reading(args, args.session_id, keys=keys) as reading:
+        log, session_id, opened = reading.log, reading.session_id, reading.archive
+        if opened is not None:  # one archived session, from its file
+            report = audit_session(log, session_id, key_rules=opened.key_known)  # type: ignore[arg-type]
+            extra = tuple(Violation("archive", opened.header.last_seq, m) for m in opened.mismatches)
+            audits = [attrs.evolve(report, violations=extra + report.violations, archive=opened.path)]
+        else:
+            audits = [audit_session(log, session_id)] if session_id else audit_all(log, archive_dirs=args.archive_dir or ())
+    if args.checkpoint:  # against the log of --db, an archived session's file included
         from duplex_es.store.checkpoint import verify_checkpoints
 
-        findings = verify_checkpoints(log, args.checkpoint, keys, session_id=session_id)  # type: ignore[arg-type]
+        hot = EventLog(_read_db(args), keys=keys)
+        findings = verify_checkpoints(hot, args.checkpoint, keys, session_id=session_id, archive_dirs=args.archive_dir or ())  # type: ignore[arg-type]
     if args.json:
         out = audit_json(audits)
         out["checkpoint"] = None if not args.checkpoint else {"file": args.checkpoint, "failures": [attrs.asdict(f) for f in findings]}
@@ -405,6 +540,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
     else:
         print_audit(console, audits)
         print_tamper_notes(console, audits, keys, args.checkpoint, findings)
+        if reading.archive is not None and not reading.archive.key_known:
+            console.print(
+                "the archive was read without the database that holds its data key (--db): its content reads as withheld, "
+                "and whether its key was destroyed only by an erasure was not checked",
+                highlight=False,
+            )
     return 0 if all(a.ok for a in audits) and not findings else 1
 
 
@@ -508,51 +649,59 @@ def cmd_erase(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    keys = _chain_keys(args)  # the audit verifies keyed chains with it
+    if args.out is None and not _loopback_only(args.host) and not args.allow_remote:
+        raise CliError(
+            f"--host {args.host} is reachable from other machines, and `inspect` has no authentication: anyone could read "
+            "every session; use `serve` (its /inspect checks API keys), or --allow-remote if that is what you want"
+        )
+    if args.out is not None and not args.session_id and not args.archive:
+        raise CliError("inspect --out FILE.html: name the session to export")
+    with _reading(args, args.session_id, keys=keys) as reading:
+        return _inspect(args, reading)
+
+
+def _inspect(args: argparse.Namespace, reading: _Reading) -> int:
     from duplex_es.inspect import Inspector
 
-    keys = _chain_keys(args)  # the audit verifies keyed chains with it
-    log = EventLog(_read_db(args), keys=keys, master_keys=_master_keys(args))
+    log, session_id = reading.log, reading.session_id
     inspector = Inspector(log)
     if args.out is not None:
         from duplex_es.inspect.export import export_html
 
-        if not args.session_id:
-            raise CliError("inspect --out FILE.html: name the session to export")
-        session_id = _resolve_session(log, args.session_id)
+        assert session_id is not None
         html = export_html(inspector, session_id)
         with open(args.out, "w", encoding="utf-8") as out:
             out.write(html)
         console.print(f"wrote session {session_id} to {args.out} ({len(html.encode()) // 1024} KiB)", highlight=False)
         return 0
-    if not _loopback_only(args.host) and not args.allow_remote:
-        raise CliError(
-            f"--host {args.host} is reachable from other machines, and `inspect` has no authentication: anyone could read "
-            "every session; use `serve` (its /inspect checks API keys), or --allow-remote if that is what you want"
-        )
     import uvicorn
 
     from duplex_es.inspect.web import create_inspector_app
 
     path = ""
-    if args.session_id:
+    if session_id:
         import time
 
-        session_id = _resolve_session(log, args.session_id)
         path = f"#/s/{session_id}"
         # Built before serving: the first look at a long session then costs no wait.
         started = time.perf_counter()
         head = inspector.timeline(session_id).head
         console.print(f"read session {session_id}: {head} events in {time.perf_counter() - started:.1f} s", highlight=False)
-    console.print(f"inspector on http://{args.host}:{args.port}/{path} ({log.db.describe()})", highlight=False)
+    source = f"archive {reading.archive.path}" if reading.archive is not None else log.db.describe()
+    console.print(f"inspector on http://{args.host}:{args.port}/{path} ({source})", highlight=False)
     uvicorn.run(create_inspector_app(inspector), host=args.host, port=args.port, log_level=args.log_level.lower())
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    with _reading(args, args.session_id) as reading:
+        return _export(args, reading.log, reading.session_id)
+
+
+def _export(args: argparse.Namespace, log: EventLog, session_id: Optional[str]) -> int:
     from duplex_es.export import write_jsonl
 
-    log = EventLog(_read_db(args), master_keys=_master_keys(args))
-    session_id = _resolve_session(log, args.session_id) if args.session_id else None
     if args.out in (None, "-"):
         write_jsonl(log, sys.stdout, session_id)
         return 0
@@ -599,6 +748,16 @@ def _retain_days(text: str) -> float:
         raise argparse.ArgumentTypeError(f"a number of days, got {text[:32]!r}") from None
     if not 0 < value <= 36_500:
         raise argparse.ArgumentTypeError(f"a retention is above 0 and at most 36500 days, got {text[:32]}")
+    return value
+
+
+def _ended_days(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of days, got {text[:32]!r}") from None
+    if not 0 <= value <= 36_500:
+        raise argparse.ArgumentTypeError(f"days since a session ended are 0 to 36500, got {text[:32]}")
     return value
 
 
@@ -782,6 +941,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="re-decide every logged command with this code and report where it decides otherwise (exit 1 on a difference; docs/replay.md)",
     )
+    _archive_options(p)
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("audit", parents=[common, chain_key, master_key], help="check hash chains, seqs, ticks and outputs; exit 1 on any violation")
@@ -792,6 +952,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also check the log against the signed checkpoints in FILE|DIR (default: $DUPLEX_ES_CHECKPOINTS): "
         "detects cut tails and deleted sessions up to the latest checkpoint",
     )
+    _archive_options(p)
     p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser(
@@ -828,12 +989,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=port, default=8100)
     p.add_argument("--allow-remote", action="store_true", help="serve on a --host other machines can reach (no authentication: they read every session)")
     p.add_argument("--out", default=None, metavar="FILE.html", help="write the session's view as one self-contained HTML file instead of serving")
+    _archive_options(p)
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("export", parents=[common, master_key], help="write events as JSON Lines, each in its current schema version")
     p.add_argument("session_id", nargs="?", default=None, help="one session (default: the whole log, in position order)")
     p.add_argument("--out", default=None, metavar="FILE", help="write to FILE (default: standard output)")
+    _archive_options(p)
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser(
+        "archive", parents=[common],
+        help="move ended sessions out of the database into compressed files that replay, audit and inspect read (docs/privacy.md)",
+    )
+    p.add_argument("session_id", nargs="*", metavar="SESSION", help="the ended sessions to archive (or --ended-days)")
+    p.add_argument("--to", required=True, metavar="DIR", help="the directory the files are written to (SESSION.dxa)")
+    p.add_argument("--ended-days", type=_ended_days, default=None, metavar="N", help="archive every session that ended N days ago or more (0: every ended session)")
+    p.add_argument(
+        "--compact", action="store_true",
+        help="then give the freed space back (SQLite VACUUM; PostgreSQL VACUUM FULL, which makes appends wait while it runs)",
+    )
+    p.set_defaults(func=cmd_archive)
 
     p = sub.add_parser("import", parents=[common, chain_key, master_key], help="append the sessions of JSON-lines exports to the log (e.g. to recheck them)")
     p.add_argument("files", nargs="+", metavar="FILE", help="a file `duplex-es export` wrote; its sessions must not be in the log yet")
@@ -843,6 +1019,17 @@ def build_parser() -> argparse.ArgumentParser:
     # the runtime imports none of them (duplex_es.cli.discovery).
     add_tool_commands(sub, [common], console, taken=set(sub.choices))
     return parser
+
+
+def _archive_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--archive", default=None, metavar="FILE",
+        help="read the session from this archive file (`duplex-es archive`); --db, if it exists, brings its key and erasure",
+    )
+    p.add_argument(
+        "--archive-dir", action="append", default=None, metavar="DIR",
+        help="where archive files moved from where they were written may be found (by name; repeatable)",
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

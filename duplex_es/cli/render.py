@@ -110,6 +110,8 @@ def print_audit(console: Console, audits: Sequence[SessionAudit]) -> None:
         )
     console.print(table)
     for a in audits:
+        if a.archive is not None:  # docs/privacy.md, "Archives": its events were read from the file
+            console.print(f"{escape(a.session_id)}: archived, read from {escape(a.archive)}", highlight=False)
         if a.erased_at_us is not None:  # docs/privacy.md: the erasure is part of what the audit reports
             console.print(f"{escape(a.session_id)}: content erased at {_utc(a.erased_at_us)} ({a.sealed_events} sealed events unreadable)", highlight=False)
     for a in audits:
@@ -135,6 +137,8 @@ def audit_line(a: SessionAudit) -> str:
         tail += f"; {a.sealed_events} sealed"
     if a.erased_at_us is not None:
         tail += f"; content erased at {_utc(a.erased_at_us)}"
+    if a.archive is not None:
+        tail += f"; read from archive {a.archive}"
     return (
         f"audit: {verdict} — {a.events} events, hash chain and seqs intact; {a.ticks} ticks "
         f"({a.committed_ticks} committed); {a.applied_events} {what} applied exactly once, "

@@ -172,6 +172,14 @@ async def session_state(request: Request) -> Response:
     if not isinstance(principal, Principal):
         return principal
     not_found = _not_found(session_id)
+    archived = await sessions.archived(session_id)
+    if archived is not None:  # its events are in a file (docs/privacy.md, "Archives"): what the log knows of it
+        return JSONResponse(
+            {
+                "session_id": session_id, "live": False, "seq": archived.last_seq,
+                "archived": {"events": archived.events, "ended_at_us": archived.ended_at_us, "archived_at_us": archived.archived_at_us},
+            }
+        )
     host = sessions.get(session_id)
     # An ended session's host lingers until the reaper's next round; read it from the log, which
     # an erasure (here or in another process) has already changed (docs/privacy.md).

@@ -32,6 +32,7 @@ from duplex_es.server.principals import Principal
 from duplex_es.server.trouble import log_failure
 from duplex_es.snapshots import load_state
 from duplex_es.retention import RetentionPolicy, sweep
+from duplex_es.store.archives import ArchivedSession, archived_records
 from duplex_es.store.datakeys import MasterKeys
 from duplex_es.store import (
     DEFAULT_OWNER_TTL_MS,
@@ -405,11 +406,23 @@ class DuplexSessions:
         stored, or absent, so that a refusal for "not yours" costs what one for "not there"
         costs: answering a live session from memory and rebuilding a stored one before
         checking its owner let response times tell which ids exist (docs/security.md,
-        "Ownership")."""
-        first = await asyncio.to_thread(self.log.read_seqs, session_id, [1])
-        if not first:
+        "Ownership"). An archived session's owner is in its archive record, read every time
+        for the same reason (docs/privacy.md, "Archives")."""
+
+        def read() -> tuple[bool, Optional[str]]:
+            first = self.log.read_seqs(session_id, [1])
+            archived = archived_records(self.log.db, [session_id]).get(session_id)
+            if first:
+                return True, getattr(first[0].event, "principal", None)
+            if archived is not None:
+                return True, archived.principal
             return False, None
-        return True, getattr(first[0].event, "principal", None)
+
+        return await asyncio.to_thread(read)
+
+    async def archived(self, session_id: str) -> Optional[ArchivedSession]:
+        """The archive record of ``session_id`` if its events were moved to a file."""
+        return (await asyncio.to_thread(archived_records, self.log.db, [session_id])).get(session_id)
 
     async def load(self, session_id: str, fence: Optional[Fence] = None) -> Optional[SessionHost]:
         """The handle of a session, rebuilt from the log if this process does not host it yet
@@ -422,7 +435,8 @@ class DuplexSessions:
                     host.fence = fence
                 return host
             loaded = await asyncio.to_thread(load_state, self.log, self.snapshots, session_id)
-            if loaded.state.seq == 0:
+            # An archived session is not here to host, even with its erasure in the log.
+            if loaded.state.seq == 0 or await self.archived(session_id) is not None:
                 return None
             host = self._host(session_id, fence)
             host.state, host.snapshot_seq = loaded.state, loaded.snapshot_seq
@@ -480,6 +494,8 @@ class DuplexSessions:
                 raise ResumeRefused(Code.SESSION_NOT_FOUND, f"no session {session_id}", "session_id")
         host = await self.load(session_id)
         if host is None:
+            if await self.archived(session_id) is not None:  # ended, its events moved to a file
+                raise ResumeRefused(Code.SESSION_CLOSED, f"session {session_id} ended and is archived", "session_id")
             raise ResumeRefused(Code.SESSION_NOT_FOUND, f"no session {session_id}", "session_id")
         if kind is not None and kind_of(host.state).name != kind:
             message = f"{session_id} is a {kind_of(host.state).name} session: resume it on its own endpoint"

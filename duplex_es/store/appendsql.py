@@ -41,6 +41,14 @@ class AppendSql:
         rows = self._rows(raw, _heads_sql(len(session_ids)), session_ids)
         return {r[0]: (r[1], r[2]) for r in rows}
 
+    def archived_heads(self, raw: Any, session_ids: Sequence[str]) -> dict[str, tuple[int, str]]:
+        """``{session: (last_seq, head_hash)}`` of those of ``session_ids`` that were archived
+        (their events moved to a file: duplex_es.store.archives). Asked only for sessions
+        without events here, so only when a batch starts a session."""
+        marks = ", ".join("?" * len(session_ids))
+        rows = self._rows(raw, f"SELECT session_id, last_seq, head_hash FROM archived_sessions WHERE session_id IN ({marks})", session_ids)
+        return {r[0]: (r[1], r[2]) for r in rows}
+
     def owners(self, raw: Any, session_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
         """``{session: (owner_id, generation)}``, locked to the commit (the backend's
         ``share_lock``), so a concurrent move of the session waits for this append."""

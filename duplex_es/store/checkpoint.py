@@ -32,7 +32,9 @@ import sqlalchemy as sa
 
 from duplex_es.errors import LogError
 from duplex_es.store.chain import KeyRing
+from duplex_es.store.archives import ArchiveError, archived_records_in as _records, locate, read_archive
 from duplex_es.store.log import EventLog
+from duplex_es.store.schema import archived_sessions as archived_t
 from duplex_es.store.schema import events as events_t
 
 __all__ = ["FORMAT", "CHECKPOINT_FILE", "Checkpoint", "CheckpointError", "Finding", "checkpoint_path", "write_checkpoint", "read_checkpoints", "verify_checkpoints"]
@@ -108,6 +110,9 @@ def _body(cp: Checkpoint) -> dict[str, Any]:
 
 
 def _heads(conn: sa.Connection) -> tuple[int, int, tuple]:
+    """The head position, the event count and every session's last event, archived sessions
+    included (their rows are counted and their heads pinned from their ``archived_sessions``
+    record, docs/privacy.md "Archives", unless the log holds events after them: an erasure)."""
     head = conn.execute(sa.select(sa.func.coalesce(sa.func.max(events_t.c.position), 0))).scalar_one()
     count = conn.execute(sa.select(sa.func.count()).select_from(events_t)).scalar_one()
     last = sa.select(events_t.c.session_id, sa.func.max(events_t.c.seq).label("seq")).group_by(events_t.c.session_id).subquery()
@@ -116,7 +121,45 @@ def _heads(conn: sa.Connection) -> tuple[int, int, tuple]:
         .join(last, sa.and_(events_t.c.session_id == last.c.session_id, events_t.c.seq == last.c.seq))
         .order_by(events_t.c.session_id)
     )
-    return head, count, tuple((r[0], int(r[1]), int(r[2]), r[3], r[4]) for r in rows)
+    pins = {r[0]: (r[0], int(r[1]), int(r[2]), r[3], r[4]) for r in rows}
+    a = archived_t.c
+    for sid, n, seq, position, digest, key_id in conn.execute(sa.select(a.session_id, a.events, a.last_seq, a.last_position, a.head_hash, a.head_key_id)):
+        count += n
+        pins.setdefault(sid, (sid, int(seq), int(position), digest, key_id))
+    return head, count, tuple(pins[sid] for sid in sorted(pins))
+
+
+class _ArchivedRows:
+    """The rows of archived sessions, for checking checkpoints: from the ``archived_sessions``
+    record when it says enough, else read from the file (found by :func:`locate`), once."""
+
+    def __init__(self, conn: sa.Connection, directories: Sequence[str]) -> None:
+        self.records = {r.session_id: r for r in _records(conn)}
+        self.directories = directories
+        self._rows: dict[str, Any] = {}
+
+    def rows(self, sid: str) -> tuple[Optional[list], Optional[str]]:
+        """``(rows, None)``, or ``(None, why the file cannot be read)``."""
+        if sid not in self._rows:
+            try:
+                self._rows[sid] = (read_archive(locate(self.records[sid], self.directories))[1], None)
+            except ArchiveError as exc:
+                self._rows[sid] = (None, str(exc))
+        return self._rows[sid]
+
+    def count_up_to(self, position: int) -> tuple[int, list[str]]:
+        """Archived events at positions ``<= position``, and the files that could not be read."""
+        total, unread = 0, []
+        for sid, rec in self.records.items():
+            if rec.last_position <= position:
+                total += rec.events
+                continue
+            rows, why = self.rows(sid)
+            if rows is None:
+                unread.append(why or sid)
+                continue
+            total += sum(1 for r in rows if r.position <= position)
+        return total, unread
 
 
 def read_checkpoints(path: str | os.PathLike[str]) -> list[Checkpoint]:
@@ -194,7 +237,9 @@ def _verify_file(checkpoints: Sequence[Checkpoint], keys: KeyRing) -> list[Findi
     return bad
 
 
-def verify_checkpoints(log: EventLog, path: str | os.PathLike[str], keys: KeyRing, *, session_id: Optional[str] = None) -> list[Finding]:
+def verify_checkpoints(
+    log: EventLog, path: str | os.PathLike[str], keys: KeyRing, *, session_id: Optional[str] = None, archive_dirs: Sequence[str] = ()
+) -> list[Finding]:
     """Compare every checkpoint in ``path`` with the log.
 
     Checks each checkpoint's signature and link to the previous one; that the log still reaches
@@ -205,6 +250,8 @@ def verify_checkpoints(log: EventLog, path: str | os.PathLike[str], keys: KeyRin
     Args:
         session_id: check only this session's pins (and skip the log-wide counts; the file's
             signatures are checked all the same).
+        archive_dirs: where archive files moved from where they were written may be: an
+            archived session's events are checked in its file (docs/privacy.md, "Archives").
 
     Returns:
         what differs (empty: the log holds everything the checkpoints pinned).
@@ -218,6 +265,7 @@ def verify_checkpoints(log: EventLog, path: str | os.PathLike[str], keys: KeyRin
     bad = _verify_file(checkpoints, keys)
     failed: set[str] = set()
     with log.db.read() as conn:
+        archived = _ArchivedRows(conn, archive_dirs)
         if session_id is None:
             last = conn.execute(sa.select(sa.func.coalesce(sa.func.max(events_t.c.position), 0))).scalar_one()
             for n, cp in reversed(list(enumerate(checkpoints, start=1))):
@@ -226,6 +274,11 @@ def verify_checkpoints(log: EventLog, path: str | os.PathLike[str], keys: KeyRin
                     break
             for n, cp in reversed(list(enumerate(checkpoints, start=1))):
                 count = conn.execute(sa.select(sa.func.count()).select_from(events_t).where(events_t.c.position <= cp.head_position)).scalar_one()
+                moved, unread = archived.count_up_to(cp.head_position)
+                if unread:
+                    bad.append(Finding("", 0, f"checkpoint {n}'s count cannot be checked: {'; '.join(unread[:3])}"))
+                    break
+                count += moved
                 if count != cp.events:
                     bad.append(Finding("", 0, f"{count} events at positions <= {cp.head_position}, checkpoint {n} counted {cp.events} (events deleted, added or moved below it)"))
                     break
@@ -233,17 +286,30 @@ def verify_checkpoints(log: EventLog, path: str | os.PathLike[str], keys: KeyRin
             for sid, seq, position, digest, key_id in cp.sessions:
                 if sid in failed or (session_id is not None and sid != session_id):
                     continue
-                problem = _check_pin(conn, n, sid, seq, position, digest, key_id)
+                problem = _check_pin(conn, n, sid, seq, position, digest, key_id, archived)
                 if problem is not None:
                     failed.add(sid)
                     bad.append(problem)
     return bad
 
 
-def _check_pin(conn: sa.Connection, n: int, sid: str, seq: int, position: int, digest: str, key_id: Optional[str]) -> Optional[Finding]:
+def _check_pin(
+    conn: sa.Connection, n: int, sid: str, seq: int, position: int, digest: str, key_id: Optional[str], archived: _ArchivedRows
+) -> Optional[Finding]:
     row = conn.execute(
         sa.select(events_t.c.position, events_t.c.hash, events_t.c.key_id).where(events_t.c.session_id == sid, events_t.c.seq == seq)
     ).first()
+    record = archived.records.get(sid)
+    if row is None and record is not None and seq <= record.last_seq:
+        if seq == record.last_seq:
+            row = (record.last_position, record.head_hash, record.head_key_id)
+        else:
+            rows, why = archived.rows(sid)
+            if rows is None:
+                return Finding(sid, seq, f"checkpoint {n} pinned seq {seq} of this archived session, and its file cannot be read: {why}")
+            row = next(((r.position, r.hash, r.key_id) for r in rows if r.seq == seq), None)
+            if row is None:
+                return Finding(sid, seq, f"seq {seq} is missing from the session's archive (checkpoint {n} pinned it)")
     if row is None:
         head = conn.execute(sa.select(sa.func.max(events_t.c.seq)).where(events_t.c.session_id == sid)).scalar_one()
         if head is None:

@@ -38,6 +38,7 @@ from duplex_es.store.appendsql import AppendSql
 from duplex_es.store.database import Database, driver_connection
 from duplex_es.store.gcpause import collector_paused
 from duplex_es.store.ownership import Fence, OwnershipLost
+from duplex_es.store.schema import archived_sessions as archived_sessions_t
 from duplex_es.store.schema import events as events_t
 from duplex_es.store.schema import session_keys as session_keys_t
 from duplex_es.store.schema import ticks as ticks_t
@@ -128,6 +129,22 @@ class WrongExpectedSeq(LogError):
     def __init__(self, session_id: str, expected: int, actual: int) -> None:
         self.session_id, self.expected, self.actual = session_id, expected, actual
         super().__init__(f"session {session_id}: expected seq {expected}, log is at {actual}")
+
+
+class SessionArchivedError(LogError):
+    """An append to a session whose events were moved to an archive: its id cannot start a new
+    chain, nor continue the old one (except by its erasure: :meth:`EventLog.erase`). Nothing was written.
+
+    Attributes:
+        code: ``session_archived``.
+        session_id: the session.
+    """
+
+    code = "session_archived"
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id} is archived: its events left the log, and it takes no more")
 
 
 class StoredEventError(LogError):
@@ -319,16 +336,20 @@ class EventLog:
         expected_seq: int,
         idempotency_key: str | None = None,
         fence: Fence | None = None,
+        continue_archived: bool = False,
     ) -> AppendResult:
         """:meth:`append` inside a write transaction the caller holds (``Database.write``).
-        Its checks raise before anything is written."""
+        Its checks raise before anything is written. ``continue_archived``: as for
+        :meth:`append_batch_in` (an erasure's)."""
         request = AppendRequest(session_id, tuple(events), expected_seq, idempotency_key, fence)
-        [outcome] = self.append_batch_in(conn, [request])
+        [outcome] = self.append_batch_in(conn, [request], continue_archived=continue_archived)
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
 
-    def append_batch_in(self, conn: Connection, requests: Sequence["AppendRequest"]) -> list["AppendResult | Exception"]:
+    def append_batch_in(
+        self, conn: Connection, requests: Sequence["AppendRequest"], *, continue_archived: bool = False
+    ) -> list["AppendResult | Exception"]:
         """Several appends in the write transaction the caller holds (group commit), with as
         few statements as one: the fences, idempotency keys and heads of all the batch's
         sessions are read in one query each, and all events inserted in one.
@@ -337,6 +358,10 @@ class EventLog:
         the events of earlier ones in the batch — and a refused request writes nothing, so its
         outcome is the exception (``OwnershipLost``, ``WrongExpectedSeq``) instead of a result
         while the others go ahead. Database errors propagate (the caller rolls back).
+
+        A session whose events were archived (:mod:`duplex_es.store.archives`) is refused
+        (``SessionArchivedError``): its id must not start a second chain. Only its erasure,
+        ``continue_archived``, appends to it, continuing the archived chain from its head.
 
         Returns:
             one outcome per request, in order: an :class:`AppendResult` or the exception.
@@ -352,6 +377,11 @@ class EventLog:
                 raw, list(dict.fromkeys(r.session_id for r in keyed)), list(dict.fromkeys(r.idempotency_key for r in keyed))  # type: ignore[arg-type]
             )
         heads = sql.heads(raw, sids)
+        fresh = [s for s in sids if s not in heads]
+        archived = sql.archived_heads(raw, fresh) if fresh else {}
+        if continue_archived:
+            heads.update(archived)
+            archived = {}
 
         outcomes: list[AppendResult | Exception | None] = [None] * len(requests)
         rows: list[dict] = []
@@ -378,6 +408,9 @@ class EventLog:
                 else:
                     stored = self._read_range(conn, r.session_id, first - 1, last)
                     outcomes[i] = AppendResult(tuple(self._decode_raws(stored, conn)), duplicate=True)
+                continue
+            if r.session_id in archived:
+                outcomes[i] = SessionArchivedError(r.session_id)
                 continue
             head_seq, prev_hash = heads.get(r.session_id, (0, GENESIS))
             if r.expected_seq != ANY_SEQ and r.expected_seq != head_seq:
@@ -453,12 +486,17 @@ class EventLog:
             outcomes[i] = AppendResult(outcomes[earlier].records, duplicate=True)  # type: ignore[union-attr]
         return outcomes  # type: ignore[return-value]
 
-    def erase(self, session_id: str, events: Sequence[Event], *, expected_seq: int) -> tuple[AppendResult, bool, int]:
+    def erase(
+        self, session_id: str, events: Sequence[Event], *, expected_seq: int, archived: bool = False
+    ) -> tuple[AppendResult, bool, int]:
         """Erase a session's content (docs/privacy.md, "Erasure"), in one transaction: append
         ``events`` (the erasure's own: the session's end if it had none, then its
         ``session.erased``), destroy its data key, delete its snapshots. On SQLite the freed
         pages are overwritten (``secure_delete``) and the WAL is checkpointed after the commit,
         so the destroyed wrapped key is not left in the file.
+
+        ``archived``: the session's events are in an archive file; ``events`` continue its
+        chain here, after the archived head (``expected_seq``).
 
         Returns:
             ``(the append's result, whether a data key was destroyed, snapshots deleted)``.
@@ -471,7 +509,7 @@ class EventLog:
             raw = driver_connection(conn)
             if sqlite:
                 raw.execute("PRAGMA secure_delete = ON")
-            result = self.append_in(conn, session_id, events, expected_seq=expected_seq)
+            result = self.append_in(conn, session_id, events, expected_seq=expected_seq, continue_archived=archived)
             destroyed = destroy_key_in(raw, self.db.backend.sql, session_id, _now_us())
             dropped = SnapshotStore(self.db).delete_in(conn, session_id)
         if self.data_keys is not None:
@@ -616,10 +654,12 @@ class EventLog:
     def every_session_id(self) -> list[str]:
         """Every session id that has any stored row, even one whose first event is missing
         (:meth:`session_ids` finds sessions by their seq 1), ordered by its first position:
-        what an audit must look at."""
+        what an audit must look at. Archived sessions are not among them, even those whose
+        erasure the log holds after their archived events (their audit reads their file)."""
         with self.db.read() as conn:
             rows = conn.execute(
                 sa.select(events_t.c.session_id)
+                .where(events_t.c.session_id.not_in(sa.select(archived_sessions_t.c.session_id)))
                 .group_by(events_t.c.session_id)
                 .order_by(sa.func.min(events_t.c.position))
             )
@@ -643,21 +683,24 @@ class EventLog:
             )
             return [r[0] for r in rows]
 
-    def sealed_sessions_ended_before(self, end_types: Sequence[str], before_us: int, limit: int = 1000, offset: int = 0) -> list[tuple[str, int]]:
-        """``(session_id, ended_at_us)`` of sessions that have a data key (their content is
-        sealed, docs/privacy.md), not destroyed, and an event of a type in ``end_types``
-        recorded before ``before_us`` (µs): what retention may erase. Oldest end first (then by
-        id), ``limit`` from ``offset``."""
-        keys = session_keys_t
+    def sessions_ended_before(
+        self, end_types: Sequence[str], before_us: int, limit: int = 1000, offset: int = 0, *, sealed_only: bool = False
+    ) -> list[tuple[str, int]]:
+        """``(session_id, ended_at_us)`` of sessions with an event of a type in ``end_types``
+        recorded before ``before_us`` (µs): what ``archive`` may move. Oldest end first (then
+        by id), ``limit`` from ``offset``. ``sealed_only``: only sessions that have a data key
+        (their content is sealed, docs/privacy.md), not destroyed: what retention may erase."""
         query = (
             sa.select(events_t.c.session_id, sa.func.min(events_t.c.recorded_at_us).label("ended"))
-            .join(keys, keys.c.session_id == events_t.c.session_id)
-            .where(events_t.c.type.in_(list(end_types)), events_t.c.recorded_at_us < before_us, keys.c.wrapped.is_not(None))
+            .where(events_t.c.type.in_(list(end_types)), events_t.c.recorded_at_us < before_us)
             .group_by(events_t.c.session_id)
             .order_by(sa.text("ended"), events_t.c.session_id)
             .limit(limit)
             .offset(offset)
         )
+        if sealed_only:
+            keys = session_keys_t
+            query = query.join(keys, keys.c.session_id == events_t.c.session_id).where(keys.c.wrapped.is_not(None))
         with self.db.read() as conn:
             return [(r[0], r[1]) for r in conn.execute(query)]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-__all__ = ["metadata", "events", "idempotency", "ticks", "snapshots", "session_owners", "session_keys"]
+__all__ = ["metadata", "events", "idempotency", "ticks", "snapshots", "session_owners", "session_keys", "archived_sessions"]
 
 metadata = sa.MetaData()
 
@@ -110,4 +110,32 @@ session_keys = sa.Table(
     sa.Column("wrapped", sa.LargeBinary(), nullable=True),
     sa.Column("created_at_us", sa.BigInteger(), nullable=False),
     sa.Column("erased_at_us", sa.BigInteger(), nullable=True),
+)
+
+#: Sessions moved out of the log into archive files (duplex_es.store.archives, docs/privacy.md
+#: "Archives"): where the file was written (``location``), its SHA-256 and size, what the rows
+#: took here (``stored_bytes``: data and payload lengths), and the session's ``events``,
+#: ``last_seq``, ``head_hash``, ``last_position`` and ``head_key_id``, which bind the file to
+#: this log (and let checkpoints pin an archived session's head without reading the file). While a row names a session,
+#: the immutability trigger lets its events up to ``last_seq`` be deleted (migration 0007), and
+#: appends refuse its id. ``principal``, ``sealed_events``, ``clear_content`` (events whose content is in
+#: the clear) and ``ended_at_us`` are what ownership, erasure and retention need without the file.
+archived_sessions = sa.Table(
+    "archived_sessions",
+    metadata,
+    sa.Column("session_id", sa.String(128), primary_key=True),
+    sa.Column("location", sa.Text(), nullable=False),
+    sa.Column("file_sha256", sa.String(64), nullable=False),
+    sa.Column("file_bytes", sa.BigInteger(), nullable=False),
+    sa.Column("stored_bytes", sa.BigInteger(), nullable=False),
+    sa.Column("events", sa.BigInteger(), nullable=False),
+    sa.Column("last_seq", sa.BigInteger(), nullable=False),
+    sa.Column("head_hash", sa.String(64), nullable=False),
+    sa.Column("last_position", sa.BigInteger(), nullable=False),
+    sa.Column("head_key_id", sa.String(16), nullable=True),
+    sa.Column("principal", sa.String(128), nullable=True),
+    sa.Column("sealed_events", sa.BigInteger(), nullable=False),
+    sa.Column("clear_content", sa.BigInteger(), nullable=False),
+    sa.Column("ended_at_us", sa.BigInteger(), nullable=False),
+    sa.Column("archived_at_us", sa.BigInteger(), nullable=False),
 )

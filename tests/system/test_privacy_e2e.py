@@ -230,3 +230,165 @@ def test_an_erasure_from_another_process_takes_effect_in_a_running_server(tmp_pa
         assert done.returncode == 0, done.stdout + done.stderr
         after = urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/sessions/{c.session_id}", timeout=10).read()
     assert b"rutabaga" not in after and json.loads(after)["seq"] > 0
+
+
+@pytest.mark.slow
+def test_an_archived_spoken_turn_replays_audits_and_inspects_from_its_file_then_erases(db_url: str, tmp_path: Path, weather_pcm: bytes):
+    """``duplex-es archive`` of a sealed spoken turn (docs/privacy.md, "Archives"): the
+    database gives back the session's size; the file holds no readable word; ``replay``,
+    ``audit`` and ``inspect`` read it from the file and show what they showed from the log;
+    erasing the archived session afterwards withholds its content in the file too; a moved file
+    is found with ``--archive-dir``."""
+    url = db_url if not db_url.startswith("sqlite") else f"sqlite:///{tmp_path / 'log.db'}"
+    key = tmp_path / "master.key"
+    assert _cli("master-key", "new", str(key)).returncode == 0
+    keyed = ["--master-key-file", str(key)]
+    with running(url, tmp_path, worker_args=keyed, server_args=keyed) as (port, _, _):
+        turn = asyncio.run(speak_and_listen(f"ws://127.0.0.1:{port}/v1", weather_pcm, instructions=PROMPT))
+    sid = turn.session_id
+    secrets = _words(turn.user_transcript) | _words(turn.reply_transcript) | _words(PROMPT)
+    before = _cli("replay", "--db", url, *keyed, sid, "--json")
+    assert before.returncode == 0, before.stderr
+    log = EventLog(Database(url), master_keys=MasterKeys.load(key))
+    overview = Inspector(log).overview(sid)
+
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    done = _cli("archive", "--db", url, sid, "--to", str(archive), "--compact")
+    assert done.returncode == 0 and f"archived session {sid}" in done.stdout, done.stdout + done.stderr
+    stored = int(re.search(r"([\d,]+) bytes in the database", done.stdout).group(1).replace(",", ""))
+    was, now = (int(n.replace(",", "")) for n in re.search(r"compacted .*: ([\d,]+) -> ([\d,]+) bytes", done.stdout).groups())
+    assert stored > 200_000 and was - now >= 0.8 * stored, done.stdout
+    path = archive / f"{sid}.dxa"
+    import zstandard
+
+    assert _found(secrets, zstandard.ZstdDecompressor().stream_reader(path.open("rb")).read()) == []
+    assert log.read_raw(sid) == []
+
+    # Read from the file, found by the database's record: the same replay and view.
+    after = _cli("replay", "--db", url, *keyed, sid, "--json")
+    assert after.returncode == 0 and json.loads(after.stdout) == json.loads(before.stdout), after.stderr
+    assert "read from archive" in _cli("replay", "--db", url, *keyed, sid).stdout
+    audit = _cli("audit", "--db", url)
+    assert audit.returncode == 0 and f"{sid}: archived, read from {path}" in audit.stdout, audit.stdout + audit.stderr
+    page = _cli("inspect", "--db", url, *keyed, sid, "--out", str(tmp_path / "s.html"))
+    assert page.returncode == 0 and b"weather" in (tmp_path / "s.html").read_bytes(), page.stderr
+    from duplex_es.archive import open_archive
+
+    with open_archive(str(path), hot=log, master_keys=MasterKeys.load(key)) as opened:
+        assert Inspector(opened.log).overview(sid) == overview
+    # Without the database that holds its key: the structure, no content.
+    alone = _cli("replay", "--db", f"sqlite:///{tmp_path / 'absent.db'}", "--archive", str(path), "--json")
+    assert alone.returncode == 0 and _found(secrets, alone.stdout.encode()) == [], alone.stderr
+    assert any(row["withheld"] for row in json.loads(alone.stdout)["timeline"])
+
+    # Erased while archived: its key is in the database, so the file opens for no one.
+    erased = _cli("erase", "--db", url, sid)
+    assert erased.returncode == 0 and "data key destroyed" in erased.stdout, erased.stdout + erased.stderr
+    replayed = _cli("replay", "--db", url, *keyed, sid, "--json")
+    assert replayed.returncode == 0 and _found(secrets, replayed.stdout.encode()) == [], replayed.stderr
+    assert json.loads(replayed.stdout)["timeline"][-1]["type"] == "session.erased"
+    cold = tmp_path / "cold"
+    cold.mkdir()
+    path.rename(cold / path.name)
+    missing = _cli("audit", "--db", url)
+    assert missing.returncode == 1 and "no such file" in missing.stdout, missing.stdout + missing.stderr
+    found = _cli("audit", "--db", url, "--archive-dir", str(cold))
+    assert found.returncode == 0 and "content erased at" in found.stdout, found.stdout + found.stderr
+
+
+def test_a_running_server_answers_for_an_archived_session_and_its_owner_erases_it(tmp_path: Path):
+    """``GET /v1/sessions/{id}`` of an archived session says so (to its owner only); a resume
+    of it is refused; the owner's ``DELETE`` erases it (docs/privacy.md, "Archives")."""
+    keys = {"alice": "alice-0123456789abcdef", "bob": "bob-0123456789abcdef"}
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(json.dumps([{"name": n, "key": k, "role": "client"} for n, k in keys.items()]))
+    master = tmp_path / "master.key"
+    assert _cli("master-key", "new", str(master)).returncode == 0
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    (tmp_path / "archive").mkdir()
+    with running(url, tmp_path, workers=0, server_args=["--api-keys", str(keys_file), "--master-key-file", str(master)]) as (port, _, _):
+        alice = WsClient(port, headers={"Authorization": f"Bearer {keys['alice']}"})
+        alice.say("the aubergines go in the cellar")
+        sid = alice.session_id
+        alice.close()
+        done = _cli("archive", "--db", url, sid, "--to", str(tmp_path / "archive"))
+        assert done.returncode == 0, done.stdout + done.stderr
+
+        def get(who: str) -> tuple[int, dict]:
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/sessions/{sid}", headers={"Authorization": f"Bearer {keys[who]}"})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as r:
+                    return r.status, json.loads(r.read())
+            except urllib.error.HTTPError as err:
+                return err.code, json.loads(err.read())
+
+        status, body = get("alice")
+        assert status == 200 and body["archived"]["events"] == body["seq"] > 3 and not body["live"], body
+        assert get("bob")[0] == 404 and _delete(port, sid, keys["bob"])[0] == 404
+        resume = WsClient(
+            port, headers={"Authorization": f"Bearer {keys['alice']}"}, wait=False,
+            first={"type": "session.resume", "session_id": sid, "resume_token": alice.token, "last_server_event_seq": alice.last_seq()},
+        )
+        assert resume.recv("error")["error"]["code"] == "session_closed"
+        resume.close()
+        status, body = _delete(port, sid, keys["alice"])
+        assert status == 200 and body["erased"] and body["sealed_events"] > 0, body
+    recs = EventLog(Database(url)).read_raw(sid)
+    assert [r.type for r in recs] == ["session.erased"]
+
+
+@pytest.mark.slow
+def test_two_servers_sweeping_one_postgresql_erase_each_session_once(pg_schema_url: str, tmp_path: Path):
+    """Two ``serve`` processes on one PostgreSQL database, both with ``--retain-days`` (2 s)
+    and a 100 ms sweep: every ended session — opened on either server, one of them archived —
+    gets exactly one ``session.erased``, and both servers keep serving while they race."""
+    from duplex_es_tools.processes import free_port, start_server, wait_healthy
+
+    from duplex_es.audit import audit_all
+    from duplex_es.store import upgrade
+
+    master = tmp_path / "master.key"
+    assert _cli("master-key", "new", str(master)).returncode == 0
+    db = Database(pg_schema_url)
+    upgrade(db)
+    ports = [free_port(), free_port()]
+    args = ["--master-key-file", str(master), "--retain-days", str(2 / 86_400), "--retention-interval-ms", "100"]
+    servers = [start_server(pg_schema_url, p, tmp_path / f"serve{i}.log", ["--server-id", f"srv{i}", *args]) for i, p in enumerate(ports)]
+    try:
+        for port, proc in zip(ports, servers):
+            wait_healthy(port, proc)
+        ended = []
+        for i in range(8):
+            c = WsClient(ports[i % 2])
+            c.say(f"note {i}: the gooseberries are ripe")
+            c.close()
+            ended.append(c.session_id)
+        (tmp_path / "archive").mkdir()
+        archived = _cli("archive", "--db", pg_schema_url, ended[0], "--to", str(tmp_path / "archive"))
+        assert archived.returncode == 0, archived.stdout + archived.stderr
+        log = EventLog(db)
+        deadline = time.monotonic() + 60
+        live = [WsClient(port) for port in ports]
+        while True:
+            erased = {sid: [r for r in log.read_raw(sid) if r.type == "session.erased"] for sid in ended}
+            if all(erased.values()):
+                break
+            assert time.monotonic() < deadline, f"not erased within 60 s: {[s for s, e in erased.items() if not e]}"
+            for c in live:  # served meanwhile, on both servers
+                c.say("still here")
+            time.sleep(0.2)
+        time.sleep(1)  # more sweeps on both servers: none may erase again
+        for c in live:
+            c.say("still here after the sweeps")
+            c.close()
+    finally:
+        for p in servers:
+            p.stop()
+    counts = {sid: sum(r.type == "session.erased" for r in log.read_raw(sid)) for sid in ended}
+    assert set(counts.values()) == {1}, counts
+    swept = b"".join((tmp_path / f"serve{i}.log").read_bytes() for i in range(2))
+    assert sum(swept.count(b"retention: erased session " + sid.encode()) for sid in ended) == len(ended)
+    assert all(a.ok for a in audit_all(log, archive_dirs=[str(tmp_path / "archive")]))
+    assert b"gooseberries" not in _stored(pg_schema_url, tmp_path)
+    db.dispose()

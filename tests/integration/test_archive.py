@@ -1,0 +1,251 @@
+"""Archives (docs/privacy.md, "Archives"), on both backends: an ended session moved out of the
+log into a compressed file replays and audits from that file exactly as it did from the log; the
+database gives the space back; the session's id takes no more appends; erasing it afterwards
+destroys its content in the file too; an edited, cut, moved or missing file is named by audit."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import attrs
+import pytest
+import sqlalchemy as sa
+
+from duplex_es.archive import ArchiveRefused, archive_ended, archive_session, open_archive
+from duplex_es.audit import audit_all, audit_session
+from duplex_es.domain import AppendText, CloseSession, Commit
+from duplex_es.erasure import erase_session
+from duplex_es.events import SessionClosed, SessionConfig, SessionOpened, TickIssued
+from duplex_es.inspect import Inspector
+from duplex_es.replay import replay
+from duplex_es.retention import DAY_US, RetentionPolicy, sweep
+from duplex_es.store import ANY_SEQ, Database, EventLog, KeyRing
+from duplex_es.store.checkpoint import verify_checkpoints, write_checkpoint
+from duplex_es.store.archives import SessionArchivedError, compact, read_archive, write_archive
+from duplex_es.store.datakeys import MasterKeys
+
+from harness import Harness, append_cmd
+
+MASTER = MasterKeys.from_keys([bytes(range(32))])
+
+
+def _spoken(log: EventLog, sid: str = "sess_test", *, seconds: int = 20, close: bool = True) -> list:
+    """A session the domain decided: ``seconds`` of user audio in 1 s appends, typed words,
+    a commit, then its close; appended a command at a time, as a server does."""
+    h = Harness.open()
+    for _ in range(seconds):
+        h.run(append_cmd(1000))
+    h.run(AppendText(text="the quartermaster counts plums"))
+    h.run(Commit(item_id="item_1"))
+    if close:
+        h.run(CloseSession())
+    events = [ev for _, ev in h.log]
+    opened = events[0]
+    events[0] = attrs.evolve(opened, session_id=sid, principal="alice")
+    seq = 0
+    for ev in events:
+        log.append(sid, [ev], expected_seq=seq)
+        seq += 1
+    return events
+
+
+def _db_bytes(db: Database) -> int:
+    if db.backend.name == "sqlite":
+        path = sa.engine.make_url(db.url).database
+        return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+    with db.read() as conn:
+        return int(conn.execute(sa.text("SELECT pg_total_relation_size('events')")).scalar_one())
+
+
+def test_an_archived_session_replays_and_audits_from_its_file_and_the_database_shrinks_by_its_size(db: Database, tmp_path: Path):
+    log = EventLog(db, master_keys=MASTER)
+    _spoken(log, "sess_kept", seconds=2)
+    _spoken(log, "sess_old", seconds=20)
+    before = replay(log, "sess_old")
+    overview = Inspector(log).overview("sess_old")
+    rows = log.read_raw("sess_old")
+    compact(db)
+    size = _db_bytes(db)
+
+    done = archive_session(log, "sess_old", str(tmp_path))
+    assert done.events == len(rows) and done.path == str(tmp_path / "sess_old.dxa") and os.path.getsize(done.path) == done.file_bytes
+    assert done.stored_bytes > 900_000  # 20 s of 24 kHz PCM16, sealed
+    compact(db)
+    assert size - _db_bytes(db) >= 0.9 * done.stored_bytes, (size, _db_bytes(db), done.stored_bytes)
+
+    # The log holds none of it now; the other session is untouched.
+    assert log.read_raw("sess_old") == [] and log.head("sess_old") == 0
+    assert [s for s in log.every_session_id()] == ["sess_kept"]
+    with db.read() as conn:
+        for table in ("events", "idempotency", "snapshots", "ticks", "session_owners"):
+            assert conn.execute(sa.text(f"SELECT count(*) FROM {table} WHERE session_id = 'sess_old'")).scalar_one() == 0
+
+    # From the file: the same rows as written, the same replay, the inspector's same view.
+    header, stored = read_archive(done.path)
+    assert stored == rows and header.head_hash == rows[-1].hash and header.principal == "alice"
+    with open_archive(done.path, hot=log, master_keys=MASTER) as opened:
+        again = replay(opened.log, "sess_old")
+        assert again.state == before.state and again.timeline == before.timeline
+        assert Inspector(opened.log).overview("sess_old") == overview
+        assert opened.mismatches == () and opened.key_known
+    audits = {a.session_id: a for a in audit_all(log)}
+    assert audits["sess_old"].ok and audits["sess_old"].archive == done.path and audits["sess_old"].events == len(rows)
+    assert audits["sess_old"].sealed_events > 0 and audits["sess_kept"].ok and audits["sess_kept"].archive is None
+
+
+def test_an_archived_id_takes_no_appends_and_the_trigger_still_refuses_every_other_delete(db: Database, tmp_path: Path):
+    log = EventLog(db)
+    _spoken(log, "sess_a", seconds=1)
+    _spoken(log, "sess_b", seconds=1)
+    archive_session(log, "sess_a", str(tmp_path))
+    kept = log.read_raw("sess_b")
+    for expected in (0, ANY_SEQ):
+        with pytest.raises(SessionArchivedError) as err:
+            log.append("sess_a", [SessionOpened(session_id="sess_a", config=SessionConfig(model="m"))], expected_seq=expected)
+        assert err.value.code == "session_archived"
+    assert log.read_raw("sess_a") == []
+    for statement in (
+        "DELETE FROM events WHERE session_id = 'sess_b'",
+        "UPDATE events SET data = '{}' WHERE session_id = 'sess_b'",
+    ):
+        with pytest.raises(sa.exc.DBAPIError, match="immutable"):
+            with db.write() as conn:
+                conn.execute(sa.text(statement))
+    assert log.read_raw("sess_b") == kept
+
+
+def test_only_ended_sessions_without_pending_ticks_are_archived_and_only_once(db: Database, tmp_path: Path):
+    log = EventLog(db)
+    _spoken(log, "sess_live", seconds=1, close=False)
+    with pytest.raises(ArchiveRefused) as err:
+        archive_session(log, "sess_live", str(tmp_path))
+    assert err.value.code == "session_live" and "has not ended" in str(err.value)
+    with pytest.raises(ArchiveRefused) as err:
+        archive_session(log, "nope", str(tmp_path))
+    assert err.value.code == "session_not_found"
+
+    # A tick nobody answered (its worker died and the session was closed under it).
+    log.append("sess_tick", [SessionOpened(session_id="sess_tick", config=SessionConfig(model="m"))], expected_seq=0)
+    log.append(
+        "sess_tick",
+        [TickIssued(request_id="req_1", response_id="r", epoch=0, chunk_index=0, applied_event_ids=()), SessionClosed(reason="client_close")],
+        expected_seq=1,
+    )
+    with pytest.raises(ArchiveRefused) as err:
+        archive_session(log, "sess_tick", str(tmp_path))
+    assert err.value.code == "ticks_pending" and log.head("sess_tick") == 3
+
+    _spoken(log, "sess_done", seconds=1)
+    archive_session(log, "sess_done", str(tmp_path))
+    with pytest.raises(ArchiveRefused) as err:
+        archive_session(log, "sess_done", str(tmp_path))
+    assert err.value.code == "session_archived"
+
+    # By age: the ended ones only; the refused ones named.
+    done, refused = archive_ended(log, str(tmp_path), ended_before_us=time.time_ns() // 1000 + 1)
+    assert [a.session_id for a in done] == [] and [(r.session_id, r.code) for r in refused] == [("sess_tick", "ticks_pending")]
+
+
+def test_erasing_an_archived_session_destroys_its_content_in_the_file_and_continues_its_chain(db: Database, tmp_path: Path):
+    log = EventLog(db, master_keys=MASTER)
+    _spoken(log, "sess_x", seconds=1)
+    done = archive_session(log, "sess_x", str(tmp_path))
+    copy = tmp_path / "elsewhere"
+    copy.mkdir()
+    shutil.copy(done.path, copy / "sess_x.dxa")  # a copy in cold storage: the key is not in it
+
+    erased = erase_session(log, "sess_x", by="operator")
+    assert erased.key_destroyed and erased.seq == done.events + 1 and not erased.already
+    assert erase_session(log, "sess_x", by="operator").already
+    assert [r.seq for r in log.read_raw("sess_x")] == [done.events + 1]  # its erasure, after the archived head
+    for path in (done.path, str(copy / "sess_x.dxa")):
+        with open_archive(path, hot=log, master_keys=MASTER) as opened:
+            recs = opened.log.read_session("sess_x")
+            assert [r.seq for r in recs] == list(range(1, done.events + 2)) and type(recs[-1].event).__name__ == "SessionErased"
+            assert any(r.withheld for r in recs) and not any("quartermaster" in repr(r.event) for r in recs)
+            report = audit_session(opened.log, "sess_x")
+            assert report.ok and report.erased_at_us == erased.at_us
+    [report] = audit_all(log)
+    assert report.ok and report.erased_at_us == erased.at_us and report.archive == done.path
+
+
+def test_retention_erases_archived_sessions_past_their_age(db: Database, tmp_path: Path):
+    log = EventLog(db, master_keys=MASTER)
+    _spoken(log, "sess_x", seconds=1)
+    _spoken(log, "sess_y", seconds=1)
+    archive_session(log, "sess_x", str(tmp_path))
+    now = time.time_ns() // 1000
+    assert sweep(log, RetentionPolicy(3), now_us=now + DAY_US) == []
+    done = sweep(log, RetentionPolicy(None, {"alice": 3}), now_us=now + 4 * DAY_US)
+    assert sorted(e.session_id for e in done) == ["sess_x", "sess_y"] and all(e.key_destroyed for e in done)
+    assert sweep(log, RetentionPolicy(3), now_us=now + 5 * DAY_US) == []
+    assert all(a.ok and a.erased_at_us == now + 4 * DAY_US for a in audit_all(log))
+
+
+def test_audit_names_an_edited_cut_moved_or_missing_archive(db: Database, tmp_path: Path):
+    log = EventLog(db)
+    _spoken(log, "sess_x", seconds=1)
+    done = archive_session(log, "sess_x", str(tmp_path))
+    header, rows = read_archive(done.path)
+    original = Path(done.path).read_bytes()
+
+    # An edited event, rewritten into a well-formed file: the chain and the digest say so.
+    edited = [attrs.evolve(r, data=r.data.replace("quartermaster", "quartermistress")) if r.type == "input.text.appended" else r for r in rows]
+    write_archive(done.path, header, edited)
+    [report] = audit_all(log)
+    seq = next(r.seq for r in rows if r.type == "input.text.appended")
+    assert (("chain", seq) in {(v.check, v.seq) for v in report.violations}) and any(v.check == "archive" and "SHA-256" in v.message for v in report.violations)
+
+    # Cut short.
+    Path(done.path).write_bytes(original[: len(original) // 2])
+    [report] = audit_all(log)
+    assert [v.check for v in report.violations] == ["archive"] and "sess_x.dxa" in report.violations[0].message
+
+    # Moved: missing where it was written, found by name in another directory.
+    Path(done.path).unlink()
+    moved = tmp_path / "cold"
+    moved.mkdir()
+    (moved / "sess_x.dxa").write_bytes(original)
+    [report] = audit_all(log)
+    assert not report.ok and "no such file" in report.violations[0].message
+    [report] = audit_all(log, archive_dirs=[str(moved)])
+    assert report.ok and report.archive == str(moved / "sess_x.dxa")
+
+    # Another session's archive under this one's name.
+    _spoken(log, "sess_y", seconds=2)
+    other = archive_session(log, "sess_y", str(tmp_path))
+    shutil.copy(other.path, moved / "sess_x.dxa")
+    report = next(a for a in audit_all(log, archive_dirs=[str(moved)]) if a.session_id == "sess_x")
+    assert not report.ok and any("holds session sess_y, not sess_x" in v.message for v in report.violations)
+
+
+def test_checkpoints_taken_before_and_after_archiving_still_verify_and_pin_the_file(db: Database, tmp_path: Path):
+    """A signed checkpoint (docs/security.md, "Tamper evidence") pins every session's head and
+    counts the log's events: an archive is not a deleted session — before or after archiving,
+    the checkpoints verify, with the events checked in the file — but an edited file is found."""
+    ring = KeyRing.from_keys([bytes(range(32, 64))])
+    log = EventLog(db, keys=ring)
+    _spoken(log, "sess_a", seconds=1)
+    _spoken(log, "sess_b", seconds=1)
+    checkpoints = tmp_path / "checkpoints"
+    write_checkpoint(log, checkpoints, ring)
+    _spoken(log, "sess_c", seconds=1, close=False)  # a session still going: its head moves on
+    done = archive_session(log, "sess_a", str(tmp_path))
+    assert verify_checkpoints(log, checkpoints, ring) == []
+    write_checkpoint(log, checkpoints, ring)
+    archive_session(log, "sess_b", str(tmp_path))
+    assert verify_checkpoints(log, checkpoints, ring) == [] and all(a.ok for a in audit_all(log))
+
+    # The archived head, edited in the file and in its record: the file no longer matches the
+    # record (audit), and the record no longer matches the checkpoints' pin.
+    header, rows = read_archive(done.path)
+    write_archive(done.path, attrs.evolve(header, head_hash="0" * 64), rows[:-1] + [attrs.evolve(rows[-1], hash="0" * 64)])
+    report = next(a for a in audit_all(log) if a.session_id == "sess_a")
+    assert not report.ok and {v.check for v in report.violations} >= {"archive", "chain"}
+    with db.write() as conn:
+        conn.execute(sa.text("UPDATE archived_sessions SET head_hash = :h WHERE session_id = 'sess_a'"), {"h": "0" * 64})
+    [finding] = verify_checkpoints(log, checkpoints, ring)
+    assert finding.session_id == "sess_a" and f"seq {done.events} differs" in finding.message
