@@ -707,11 +707,13 @@ class EventLog:
     def session_stats(self, count_types: Sequence[str]) -> list[SessionStats]:
         """Every session's :class:`SessionStats`, ordered by first position, in one grouped
         query; ``counts`` follows ``count_types`` (the store knows no event semantics: the
-        caller names the types it wants counted, e.g. refusals)."""
+        caller names the types it wants counted, e.g. refusals). Archived sessions are not
+        among them (the log may hold their erasure, not their events)."""
         c = events_t.c
         counted = [sa.func.sum(sa.case((c.type == t, 1), else_=0)) for t in count_types]
         q = (
             sa.select(c.session_id, sa.func.count(), sa.func.min(c.position), sa.func.min(c.recorded_at_us), sa.func.max(c.recorded_at_us), *counted)
+            .where(c.session_id.not_in(sa.select(archived_sessions_t.c.session_id)))
             .group_by(c.session_id)
             .order_by(sa.func.min(c.position))
         )

@@ -170,6 +170,7 @@ def test_erasing_an_archived_session_destroys_its_content_in_the_file_and_contin
             assert report.ok and report.erased_at_us == erased.at_us
     [report] = audit_all(log)
     assert report.ok and report.erased_at_us == erased.at_us and report.archive == done.path
+    assert Inspector(log).sessions() == []  # the log's erasure row is not a session of its own
 
 
 def test_retention_erases_archived_sessions_past_their_age(db: Database, tmp_path: Path):
