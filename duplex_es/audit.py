@@ -29,7 +29,7 @@ recompute what must hold, so a reducer bug cannot hide itself.
 from __future__ import annotations
 
 import hmac
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import attrs
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -45,7 +45,10 @@ from duplex_es.store.chain import GENESIS, KeyRing, event_hash
 from duplex_es.store.database import driver_connection
 from duplex_es.store.datakeys import MasterKeyError, SealError, decode_stored, key_row
 
-__all__ = ["Violation", "SessionAudit", "audit_session", "audit_all", "audit_archived"]
+if TYPE_CHECKING:
+    from duplex_es.archive import OpenedArchive
+
+__all__ = ["Violation", "SessionAudit", "audit_session", "audit_all", "audit_archived", "audit_opened_archive"]
 
 
 @attrs.frozen
@@ -264,8 +267,16 @@ def audit_archived(log: EventLog, record: ArchivedSession, archive_dirs: Sequenc
     try:
         master = log.data_keys.master if log.data_keys else None
         with open_archive(path, hot=log, keys=log.keys, master_keys=master, session_id=record.session_id) as opened:
-            report = audit_session(opened.log, record.session_id)
-            extra = tuple(Violation("archive", record.last_seq, m) for m in opened.mismatches)
+            return audit_opened_archive(opened, record.session_id)
     except ArchiveError as exc:
         return SessionAudit(record.session_id, "?", record.events, 0, 0, 0, 0, 0, 0, (Violation("archive", 0, f"{exc}: its events cannot be checked"),), archive=path)
-    return attrs.evolve(report, violations=extra + report.violations, archive=path)
+
+
+def audit_opened_archive(opened: "OpenedArchive", session_id: str) -> SessionAudit:
+    """:func:`audit_session` of an archive opened with its log
+    (:func:`duplex_es.archive.open_archive`), with how the file differs from what the log
+    recorded of it first (check ``archive``: another digest, event count or head hash)."""
+    report = audit_session(opened.log, session_id)
+    last = opened.record.last_seq if opened.record is not None else opened.header.last_seq
+    extra = tuple(Violation("archive", last, m) for m in opened.mismatches)
+    return attrs.evolve(report, violations=extra + report.violations, archive=opened.path)

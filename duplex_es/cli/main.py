@@ -217,6 +217,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         master_keys=master_keys,
         retain_days=args.retain_days,
         retention_interval_ms=args.retention_interval_ms,
+        archive_dirs=args.archive_dir or (),
     )
     # What exists now (modules, the app, the engine) lives as long as the process: out of the
     # cyclic collector's sight, its full collections scan only what sessions made since. They
@@ -664,8 +665,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace, reading: _Reading) -> int:
     from duplex_es.inspect import Inspector
 
+    # Sessions archived from the log are opened from their files when asked for.
+    inspector = Inspector(reading.log, archive_dirs=tuple(args.archive_dir or ()))
+    try:
+        return _inspect_with(args, reading, inspector)
+    finally:
+        inspector.close()
+
+
+def _inspect_with(args: argparse.Namespace, reading: _Reading, inspector: Any) -> int:
     log, session_id = reading.log, reading.session_id
-    inspector = Inspector(log)
     if args.out is not None:
         from duplex_es.inspect.export import export_html
 
@@ -873,6 +882,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--retention-interval-ms", type=positive_int, default=3_600_000,
         help="how often the retention sweep runs (ms; default 3600000, an hour; the first right after start)",
+    )
+    p.add_argument(
+        "--archive-dir", action="append", default=None, metavar="DIR",
+        help="where the inspector finds archive files moved from where `duplex-es archive` wrote them (by name; repeatable)",
     )
     p.add_argument(
         "--model", action="append", metavar="NAME=ENGINE",

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from duplex_es.audit import audit_session
+from duplex_es.audit import audit_opened_archive, audit_session
 from duplex_es.domain import evolve
 from duplex_es.errors import DuplexError
 from duplex_es.events import (
@@ -44,9 +44,11 @@ from duplex_es.events import (
     to_plain,
 )
 from duplex_es.inspect.lanes import BASE_MS, MAX_BUCKETS, Lane, peaks_of, wav_bytes
+from duplex_es.inspect.shelf import Shelf, archive_error_status
 from duplex_es.inspect.timeline import Timeline
 from duplex_es.replay import summarize, verdict_of
 from duplex_es.store import EventLog
+from duplex_es.store.archives import ArchivedSession, ArchiveError
 from duplex_es.store.gcpause import collector_paused
 
 __all__ = ["AUDIT_TTL_S", "CACHED_SESSIONS", "MAX_EVENTS_PAGE", "MAX_WAV_MS", "InspectError", "Inspector"]
@@ -79,7 +81,8 @@ MAX_CLOCK_MS = 7 * 24 * 3600 * 1000
 class InspectError(DuplexError):
     """A request the inspector refuses: ``code`` (``session_not_found``, ``invalid_parameter``,
     ``lane_not_found``, ``seq_out_of_range``, ``frame_not_found``, ``session_log_broken``: its
-    seqs have a gap), the HTTP ``status`` it maps to, and ``param``, the parameter at fault."""
+    seqs have a gap; ``archive_missing``, ``archive_unreadable``: an archived session whose file
+    cannot be read), the HTTP ``status`` it maps to, and ``param``, the parameter at fault."""
 
     def __init__(self, code: str, message: str, *, status: int = 400, param: Optional[str] = None) -> None:
         super().__init__(message)
@@ -109,18 +112,27 @@ def _not_found(session_id: str) -> InspectError:
 class Inspector:
     """The inspector over one :class:`EventLog`.
 
+    A session ``duplex-es archive`` moved out of the log is read from its file, found where
+    it was written or by name in ``archive_dirs`` (:mod:`duplex_es.inspect.shelf`); the list
+    shows it with status ``archived``, its counts once it was opened.
+
     Args:
         log: the log to read (never written). Who may read which session is the caller's
             business (:mod:`duplex_es.inspect.web` checks it before asking).
+        archive_dirs: where archive files moved from where they were written may be found.
     """
 
-    def __init__(self, log: EventLog) -> None:
+    def __init__(self, log: EventLog, *, archive_dirs: tuple[str, ...] = ()) -> None:
         self.log = log
         self._lock = threading.Lock()
         self._timelines: OrderedDict[str, Timeline] = OrderedDict()
         self._audits: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
         # Session id -> held while its timeline is built or read (it grows in place).
         self._building: dict[str, threading.RLock] = {}
+        self._shelf = Shelf(log, archive_dirs, self.session_lock)
+        # Archived session id -> its list row, counted the first time its file was opened (an
+        # archive does not change; its erasure is counted from the log).
+        self._archived_rows: dict[str, dict[str, Any]] = {}
 
     # ---------------------------------------------------------------------------- sessions
 
@@ -137,10 +149,41 @@ class Inspector:
         "duration_ms" (wall, first to last event), "events", "responses", "chunks",
         "errors" (refusals + failures), "owner", "audit"}``; ``audit`` is the cached verdict
         (``ok``/``violations``) or ``None`` until :meth:`audit` computed it for this head.
-        Filters: ``kind`` (speech/world), ``status`` (open/detached/closed/expired/failed),
-        ``text`` (in the id), ``has_errors``; ``may_read(owner)`` hides other principals'."""
-        stats = self.log.session_stats(_COUNTED)
-        firsts = self.log.first_events([s.session_id for s in stats])
+        Filters: ``kind`` (speech/world), ``status`` (open/detached/closed/expired/failed/
+        archived), ``text`` (in the id), ``has_errors``; ``may_read(owner)`` hides other
+        principals'. An archived session is listed after the log's, with ``"status":
+        "archived"`` and ``archived`` (``{"location", "file_bytes", "archived_at_us",
+        "ended_at_us"}``); until its file was first opened its ``kind``, ``started_at_us``,
+        ``duration_ms``, ``responses``, ``chunks`` and ``errors`` are ``None`` (kind and error
+        filters leave it out)."""
+        rows = self._rows(self.log, may_read)
+        for rec in self._shelf.records():
+            if may_read is not None and not may_read(rec.principal):
+                continue
+            row = self._archived_rows.get(rec.session_id)
+            if row is None:
+                row = {
+                    "id": rec.session_id, "kind": None, "started_at_us": None, "duration_ms": None, "events": rec.events,
+                    "responses": None, "chunks": None, "errors": None, "owner": rec.principal,
+                }
+            row = {**row, "status": "archived", "archived": _archived(rec), "audit": self._cached_audit(rec.session_id, row["events"])}
+            rows.append(row)
+        out = []
+        for row in rows:
+            if kind and row["kind"] != kind or status and row["status"] != status:
+                continue
+            if text and text.lower() not in row["id"].lower():
+                continue
+            if has_errors is not None and (row["errors"] is None or bool(row["errors"]) != has_errors):
+                continue
+            out.append(row)
+        return out
+
+    def _rows(self, log: EventLog, may_read: Optional[Callable[[Optional[str]], bool]] = None) -> list[dict[str, Any]]:
+        """The list rows of ``log``'s sessions (see :meth:`sessions`), unfiltered but for
+        ``may_read``."""
+        stats = log.session_stats(_COUNTED)
+        firsts = log.first_events([s.session_id for s in stats])
         rows = []
         for s in stats:
             first = firsts.get(s.session_id)
@@ -149,7 +192,7 @@ class Inspector:
             if may_read is not None and not may_read(owner):
                 continue
             n = dict(zip(_COUNTED, s.counts))
-            row = {
+            rows.append({
                 "id": s.session_id,
                 "kind": "world" if isinstance(ev, WorldStarted) else "speech" if isinstance(ev, SessionOpened) else "unknown",
                 "status": self._status(n),
@@ -163,14 +206,7 @@ class Inspector:
                 "errors": sum(n[t] for t in (*_REFUSALS, *_FAILURES)),
                 "owner": owner,
                 "audit": self._cached_audit(s.session_id, s.events),
-            }
-            if kind and row["kind"] != kind or status and row["status"] != status:
-                continue
-            if text and text.lower() not in s.session_id.lower():
-                continue
-            if has_errors is not None and bool(row["errors"]) != has_errors:
-                continue
-            rows.append(row)
+            })
         return rows
 
     def _cached_audit(self, session_id: str, head: int) -> Optional[dict[str, Any]]:
@@ -185,11 +221,50 @@ class Inspector:
         return "detached" if n[SessionDetached.TYPE] > n[SessionResumed.TYPE] else "open"
 
     def owner(self, session_id: str) -> tuple[bool, Optional[str]]:
-        """``(exists, owner)``: whether the session has a first event, and the principal it names."""
-        # One indexed read of seq 1 whether the session exists or not, as GET /v1/sessions/{id}
-        # does: "not yours" costs what "not there" costs (docs/security.md, "Ownership").
+        """``(exists, owner)``: whether the session has a first event (or was archived), and
+        the principal it names."""
+        # The same two indexed reads whether the session exists or not, as GET
+        # /v1/sessions/{id} does: "not yours" costs what "not there" costs (docs/security.md,
+        # "Ownership").
         first = self.log.read_seqs(session_id, [1])
-        return bool(first), getattr(first[0].event, "principal", None) if first else None
+        record = self._shelf.record(session_id)
+        if first:
+            return True, getattr(first[0].event, "principal", None)
+        return (True, record.principal) if record is not None else (False, None)
+
+    def _opened(self, session_id: str) -> Any:
+        """The session's archive opened (:class:`duplex_es.archive.OpenedArchive`), ``None``
+        when its events are in the log. Call with the session's lock held.
+
+        Raises:
+            InspectError: ``archive_missing`` / ``archive_unreadable``: its file cannot be read.
+        """
+        try:
+            return self._shelf.opened(session_id)
+        except ArchiveError as exc:
+            raise InspectError(
+                exc.code, f"session {session_id} is archived and its file cannot be read: {exc}", status=archive_error_status(exc), param="session_id"
+            ) from exc
+
+    def _head(self, session_id: str) -> tuple[Any, EventLog, int]:
+        """``(opened archive or None, the log holding the session, its head seq)`` (the
+        session's lock held).
+
+        Raises:
+            InspectError: ``session_not_found``; an archived one whose file cannot be read.
+        """
+        opened = self._opened(session_id)
+        log = opened.log if opened is not None else self.log
+        head = log.head(session_id)
+        if head == 0:
+            raise _not_found(session_id)
+        return opened, log, head
+
+    def _log(self, session_id: str) -> EventLog:
+        """The log holding the session's events: its archive's when it was archived (the
+        session's lock held)."""
+        opened = self._opened(session_id)
+        return opened.log if opened is not None else self.log
 
     # ---------------------------------------------------------------------------- timeline
 
@@ -200,10 +275,8 @@ class Inspector:
         Raises:
             InspectError: ``session_not_found``.
         """
-        head = self.log.head(session_id)
-        if head == 0:
-            raise _not_found(session_id)
         with self.session_lock(session_id):
+            opened, log, head = self._head(session_id)
             with self._lock:
                 tl = self._timelines.get(session_id)
             if tl is None or tl.head > head:
@@ -213,16 +286,27 @@ class Inspector:
             with collector_paused(head - tl.head >= _PAGE):
                 while tl.head < head:
                     try:
-                        tl.feed(self.log.read_session(session_id, after_seq=tl.head, up_to_seq=min(head, tl.head + _PAGE)))
+                        tl.feed(log.read_session(session_id, after_seq=tl.head, up_to_seq=min(head, tl.head + _PAGE)))
                     except ValueError as exc:  # a gap in the seqs: rows deleted (the audit's chain check names them)
                         raise InspectError("session_log_broken", str(exc), status=500, param="session_id") from exc
+            if opened is not None and session_id not in self._archived_rows:
+                self._archived_rows.update((row["id"], row) for row in self._rows(opened.log) if row["id"] == session_id)
             with self._lock:
                 self._timelines[session_id] = tl
                 self._timelines.move_to_end(session_id)
                 while len(self._timelines) > CACHED_SESSIONS:
                     gone, _ = self._timelines.popitem(last=False)
-                    self._building.pop(gone, None)
+                    # Its lock goes too, unless a reader holds it (a new lock beside a held
+                    # one would let two readers, or a reader and the shelf, in at once).
+                    lock = self._building.get(gone)
+                    if lock is not None and lock.acquire(blocking=False):
+                        del self._building[gone]
+                        lock.release()
             return tl
+
+    def close(self) -> None:
+        """Close the archives opened for reading (their private copies are deleted)."""
+        self._shelf.close()
 
     def session_lock(self, session_id: str) -> threading.RLock:
         """The lock held while the session's timeline is built or read: one build per session at
@@ -231,9 +315,14 @@ class Inspector:
             return self._building.setdefault(session_id, threading.RLock())
 
     def overview(self, session_id: str) -> dict[str, Any]:
-        """:meth:`Timeline.overview` of the session (docs/inspector.md)."""
+        """:meth:`Timeline.overview` of the session (docs/inspector.md); an archived session's
+        adds ``archived`` (``{"location", "file_bytes", "archived_at_us", "ended_at_us"}``)."""
         with self.session_lock(session_id):
-            return self.timeline(session_id).overview()
+            out = self.timeline(session_id).overview()
+            opened = self._opened(session_id)
+            if opened is not None and opened.record is not None:
+                out["archived"] = _archived(opened.record)
+            return out
 
     def seq_at(self, session_id: str, ms: int) -> int:
         """The last event logged at or before clock reading ``ms``."""
@@ -261,8 +350,9 @@ class Inspector:
 
     def _events(self, session_id: str, seqs: list[int]) -> dict[int, Any]:
         out: dict[int, Any] = {}
+        log = self._log(session_id)
         for i in range(0, len(seqs), _READ_BATCH):
-            out.update((r.seq, r.event) for r in self.log.read_seqs(session_id, seqs[i : i + _READ_BATCH]))
+            out.update((r.seq, r.event) for r in log.read_seqs(session_id, seqs[i : i + _READ_BATCH]))
         return out
 
     @_locked
@@ -322,7 +412,7 @@ class Inspector:
         """The state after event ``seq - 1``, from the nearest checkpoint."""
         at, state = tl.state_from(seq - 1)
         if at < seq - 1:
-            for r in self.log.read_session(tl.session_id, after_seq=at, up_to_seq=seq - 1):
+            for r in self._log(tl.session_id).read_session(tl.session_id, after_seq=at, up_to_seq=seq - 1):
                 state = evolve(state, r.seq, r.event)
         return state
 
@@ -344,7 +434,7 @@ class Inspector:
             raise InspectError("invalid_parameter", f"limit must be 1..{MAX_EVENTS_PAGE}, got {limit}", param="limit")
         state = self._state_before(tl, from_seq)
         rows = []
-        for r in self.log.read_session(session_id, after_seq=from_seq - 1, up_to_seq=from_seq + limit - 1):
+        for r in self._log(session_id).read_session(session_id, after_seq=from_seq - 1, up_to_seq=from_seq + limit - 1):
             verdict = verdict_of(state, r.event)
             state = evolve(state, r.seq, r.event)
             row = {
@@ -369,7 +459,7 @@ class Inspector:
             raise InspectError("seq_out_of_range", f"seq {seq} is outside session {session_id}, whose events are 1..{tl.head}", param="seq")
         row = self.events(session_id, seq, 1, full=True)["rows"][0]
         at, state = tl.state_from(seq)
-        for r in self.log.read_session(session_id, after_seq=at, up_to_seq=seq):
+        for r in self._log(session_id).read_session(session_id, after_seq=at, up_to_seq=seq):
             state = evolve(state, r.seq, r.event)
         return {"session_id": session_id, "seq": seq, "state": to_plain(state), "event": row}
 
@@ -382,6 +472,7 @@ class Inspector:
             InspectError: unknown session, a seq outside 1..head.
         """
         tl = self.timeline(session_id)
+        log = self._log(session_id)
         out: dict[int, dict[str, Any]] = {}
         at, state = 0, None
         for seq in sorted(set(seqs)):
@@ -390,7 +481,7 @@ class Inspector:
             kept, kept_state = tl.state_from(seq)
             if state is None or kept > at:
                 at, state = kept, kept_state
-            for r in self.log.read_session(session_id, after_seq=at, up_to_seq=seq):
+            for r in log.read_session(session_id, after_seq=at, up_to_seq=seq):
                 state = evolve(state, r.seq, r.event)
             at = seq
             out[seq] = {"session_id": session_id, "seq": seq, "state": to_plain(state)}
@@ -402,21 +493,23 @@ class Inspector:
         ``{"ok", "head", "checks": {name: "ok"|"failed"}, "violations": [{"check", "seq",
         "message"}], counts...}``; the first failing check is ``failed_check``.
 
+        An archived session is audited from its file, and the file checked against what the
+        log recorded of it (check ``archive``: :func:`duplex_es.audit.audit_opened_archive`).
+
         Raises:
-            InspectError: unknown session.
+            InspectError: unknown session; an archived one whose file cannot be read.
         """
-        head = self.log.head(session_id)
-        if head == 0:
-            raise _not_found(session_id)
-        key = (session_id, head)
-        with self._lock:
-            cached = self._audits.get(key)
-        # An edit in place leaves the head as it was: a verdict is trusted for AUDIT_TTL_S only.
-        if cached is not None and time.monotonic() - cached["_at"] < AUDIT_TTL_S:
-            return _public(cached)
-        report = audit_session(self.log, session_id)
+        with self.session_lock(session_id):
+            opened, log, head = self._head(session_id)
+            key = (session_id, head)
+            with self._lock:
+                cached = self._audits.get(key)
+            # An edit in place leaves the head as it was: a verdict is trusted for AUDIT_TTL_S only.
+            if cached is not None and time.monotonic() - cached["_at"] < AUDIT_TTL_S:
+                return _public(cached)
+            report = audit_opened_archive(opened, session_id) if opened is not None else audit_session(log, session_id)
         violations = [{"check": v.check, "seq": v.seq, "message": v.message} for v in report.violations]
-        checks = {name: "ok" for name in ("chain", "key", "decode", report.kind, "snapshots")}
+        checks = {name: "ok" for name in ("chain", "key", "decode", report.kind, "snapshots", *(("archive",) if opened is not None else ()))}
         for v in violations:
             checks[v["check"]] = "failed"
         out = {
@@ -441,12 +534,18 @@ class Inspector:
             InspectError: unknown session; ``frame_not_found`` (no chunk at ``seq``, or no such
                 frame in it).
         """
-        self.timeline(session_id)  # session_not_found first
-        got = self.log.read_seqs(session_id, [seq])
+        with self.session_lock(session_id):
+            self.timeline(session_id)  # session_not_found first
+            got = self._log(session_id).read_seqs(session_id, [seq])
         ev = got[0].event if got else None
         if not isinstance(ev, WorldChunk) or not 0 <= index < len(ev.frames):
             raise InspectError("frame_not_found", f"session {session_id} has no frame {index} in a world.chunk at seq {seq}", status=404, param="seq")
         return base64.b64decode(ev.frames[index]), ev.mime_type
+
+
+def _archived(record: ArchivedSession) -> dict[str, Any]:
+    """What the list and overview say of an archived session's file."""
+    return {"location": record.location, "file_bytes": record.file_bytes, "archived_at_us": record.archived_at_us, "ended_at_us": record.ended_at_us}
 
 
 def _public(audit: dict[str, Any]) -> dict[str, Any]:

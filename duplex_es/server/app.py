@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import AsyncIterator
+from typing import AsyncIterator, Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -57,6 +57,7 @@ def create_app(
     retain_days: float | None = None,
     retention_interval_ms: int = 3_600_000,
     url_token_leeway_ms: int = 0,
+    archive_dirs: Sequence[str] = (),
 ) -> Starlette:
     """Build the server for one database.
 
@@ -85,6 +86,8 @@ def create_app(
             ``retention_interval_ms`` (docs/privacy.md, "Retention").
         url_token_leeway_ms: how long a resume token that came in a URL may retry a lost reply
             after the resume that used it (ms; docs/security.md).
+        archive_dirs: where the inspector looks for archive files moved from where
+            ``duplex-es archive`` wrote them (by name; docs/privacy.md, "Archives").
 
     Raises:
         ValueError: both ``api_key`` and ``keyring`` given, or an empty ``api_key``.
@@ -111,6 +114,10 @@ def create_app(
         url_token_leeway_ms=url_token_leeway_ms,
     )
 
+    # The inspector (docs/inspector.md): the same principals and ownership as the API; its
+    # reads run in a thread pool, never on the loop that serves sessions.
+    inspector = Inspector(EventLog(db, keys=chain_keys, master_keys=master_keys), archive_dirs=tuple(archive_dirs))
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await sessions.start()
@@ -119,6 +126,7 @@ def create_app(
             yield
         finally:
             await sessions.stop()
+            inspector.close()
 
     app = Starlette(
         routes=[
@@ -134,9 +142,7 @@ def create_app(
     app.state.sessions = sessions
     server = Server(sessions=sessions, db=db, keyring=keys, throttle=resume_throttle or ResumeThrottle())
     app.state.server = server
-    # The inspector (docs/inspector.md): the same principals and ownership as the API; its
-    # reads run in a thread pool, never on the loop that serves sessions.
-    app.router.routes.append(Mount("/inspect", app=create_inspector_app(Inspector(EventLog(db, keys=chain_keys, master_keys=master_keys)), authenticate=server.authenticate)))
+    app.router.routes.append(Mount("/inspect", app=create_inspector_app(inspector, authenticate=server.authenticate)))
     return app
 
 

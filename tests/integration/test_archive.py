@@ -19,7 +19,7 @@ from duplex_es.audit import audit_all, audit_session
 from duplex_es.domain import AppendText, CloseSession, Commit
 from duplex_es.erasure import erase_session
 from duplex_es.events import SessionClosed, SessionConfig, SessionOpened, TickIssued
-from duplex_es.inspect import Inspector
+from duplex_es.inspect import InspectError, Inspector
 from duplex_es.replay import replay
 from duplex_es.retention import DAY_US, RetentionPolicy, sweep
 from duplex_es.store import ANY_SEQ, Database, EventLog, KeyRing
@@ -170,7 +170,12 @@ def test_erasing_an_archived_session_destroys_its_content_in_the_file_and_contin
             assert report.ok and report.erased_at_us == erased.at_us
     [report] = audit_all(log)
     assert report.ok and report.erased_at_us == erased.at_us and report.archive == done.path
-    assert Inspector(log).sessions() == []  # the log's erasure row is not a session of its own
+    # Listed once, as archived: the log's erasure row is not a session of its own.
+    [row] = Inspector(log).sessions()
+    assert row["id"] == "sess_x" and row["status"] == "archived"
+    shown = Inspector(log, archive_dirs=(str(copy),))
+    assert shown.overview("sess_x")["content"]["erased"]["by"] == "operator"
+    shown.close()
 
 
 def test_retention_erases_archived_sessions_past_their_age(db: Database, tmp_path: Path):
@@ -250,3 +255,42 @@ def test_checkpoints_taken_before_and_after_archiving_still_verify_and_pin_the_f
         conn.execute(sa.text("UPDATE archived_sessions SET head_hash = :h WHERE session_id = 'sess_a'"), {"h": "0" * 64})
     [finding] = verify_checkpoints(log, checkpoints, ring)
     assert finding.session_id == "sess_a" and f"seq {done.events} differs" in finding.message
+
+
+def test_the_inspector_over_the_log_reads_an_archived_session_from_its_file(db: Database, tmp_path: Path):
+    """The inspector `serve` mounts (over the log, not over one archive) lists an archived
+    session and shows it from its file as it showed it from the log: same overview, same audio,
+    same counts once opened; the owner is the one recorded; a missing file is named."""
+    log = EventLog(db, master_keys=MASTER)
+    _spoken(log, "sess_old", seconds=3)
+    before = Inspector(log)
+    [row] = before.sessions()
+    overview, wav, events = before.overview("sess_old"), before.wav("sess_old", "user"), before.events("sess_old", 1, 50)
+    done = archive_session(log, "sess_old", str(tmp_path))
+
+    inspector = Inspector(log)
+    try:
+        [listed] = inspector.sessions()
+        assert listed["status"] == "archived" and listed["events"] == row["events"] and listed["kind"] is None
+        assert listed["archived"]["location"] == done.path and inspector.sessions(status="closed") == []
+        assert inspector.owner("sess_old") == (True, "alice") and inspector.owner("sess_none") == (False, None)
+        shown = inspector.overview("sess_old")
+        assert shown.pop("archived")["file_bytes"] == done.file_bytes and shown == overview
+        assert inspector.wav("sess_old", "user") == wav and inspector.events("sess_old", 1, 50) == events
+        [listed] = inspector.sessions(kind="speech")  # counted once opened
+        assert {k: v for k, v in listed.items() if k not in ("status", "archived")} == {k: v for k, v in {**row, "audit": listed["audit"]}.items() if k != "status"}
+        audit = inspector.audit("sess_old")
+        assert audit["ok"] and audit["checks"]["archive"] == "ok"
+    finally:
+        inspector.close()
+
+    Path(done.path).rename(tmp_path / "elsewhere.dxa")
+    gone = Inspector(log)
+    with pytest.raises(InspectError) as err:
+        gone.overview("sess_old")
+    assert err.value.code == "archive_missing" and err.value.status == 404 and "sess_old" in err.value.message
+    (tmp_path / "cold").mkdir()
+    Path(tmp_path / "elsewhere.dxa").rename(tmp_path / "cold" / "sess_old.dxa")
+    found = Inspector(log, archive_dirs=(str(tmp_path / "cold"),))
+    assert found.overview("sess_old")["head"] == overview["head"]
+    found.close()

@@ -315,8 +315,8 @@ def test_a_running_server_answers_for_an_archived_session_and_its_owner_erases_i
         done = _cli("archive", "--db", url, sid, "--to", str(tmp_path / "archive"))
         assert done.returncode == 0, done.stdout + done.stderr
 
-        def get(who: str) -> tuple[int, dict]:
-            request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/sessions/{sid}", headers={"Authorization": f"Bearer {keys[who]}"})
+        def get(who: str, path: str = f"v1/sessions/{sid}") -> tuple[int, dict]:
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/{path}", headers={"Authorization": f"Bearer {keys[who]}"})
             try:
                 with urllib.request.urlopen(request, timeout=10) as r:
                     return r.status, json.loads(r.read())
@@ -326,6 +326,14 @@ def test_a_running_server_answers_for_an_archived_session_and_its_owner_erases_i
         status, body = get("alice")
         assert status == 200 and body["archived"]["events"] == body["seq"] > 3 and not body["live"], body
         assert get("bob")[0] == 404 and _delete(port, sid, keys["bob"])[0] == 404
+        # The server's inspector lists it and shows it from its file, to its owner only.
+        status, overview = get("alice", f"inspect/api/sessions/{sid}/overview")
+        assert status == 200 and overview["archived"]["location"] == str(tmp_path / "archive" / f"{sid}.dxa"), overview
+        assert overview["head"] == body["seq"] and "aubergines" in json.dumps(get("alice", f"inspect/api/sessions/{sid}/events")[1])
+        assert get("alice", f"inspect/api/sessions/{sid}/audit")[1]["ok"]
+        assert [s["status"] for s in get("alice", "inspect/api/sessions")[1]["sessions"] if s["id"] == sid] == ["archived"]
+        assert get("bob", f"inspect/api/sessions/{sid}/overview")[0] == 404
+        assert not [s for s in get("bob", "inspect/api/sessions")[1]["sessions"] if s["id"] == sid]
         resume = WsClient(
             port, headers={"Authorization": f"Bearer {keys['alice']}"}, wait=False,
             first={"type": "session.resume", "session_id": sid, "resume_token": alice.token, "last_server_event_seq": alice.last_seq()},

@@ -143,7 +143,9 @@ async function showList() {
   for (const s of sessions) {
     const audit = el("td", { class: "audit" }, auditText(s.audit));
     const tr = el("tr", { "data-session": s.id, onclick: () => { location.hash = "#/s/" + encodeURIComponent(s.id); } },
-      el("td", { class: "mono", text: s.id }), el("td", { text: s.kind }), el("td", { text: s.status }),
+      el("td", { class: "mono", text: s.id }), el("td", { text: s.kind ?? "" }),
+      // An archived session's counts are known once its file was opened (docs/inspector.md).
+      el("td", s.archived ? { text: s.status, title: "events in " + s.archived.location } : { text: s.status }),
       el("td", { text: fmtTime(s.started_at_us) }), el("td", { class: "num", text: fmtMs(s.duration_ms) }),
       el("td", { class: "num", text: s.events }), el("td", { class: "num", text: s.kind === "world" ? s.chunks + " chunks" : s.responses }),
       el("td", { class: "num" + (s.errors ? " bad" : ""), text: s.errors }), audit);
@@ -223,6 +225,7 @@ function renderSummary() {
   ];
   if (ov.kind === "speech") bits.push(` · user audio ${fmtMs(ov.user.audio_ms)} · ${ov.responses.length} response(s) · ${ov.errors.length} error(s)`);
   // Sealed content this server could not open (docs/privacy.md): say so, and why if erased.
+  if (ov.archived) bits.push(" ", el("span", { class: "badge", title: ov.archived.location, text: `archived ${fmtTime(ov.archived.archived_at_us)} UTC, read from its file` }));
   const c = ov.content || {};
   if (c.erased) bits.push(" ", el("span", { class: "badge erased", text: `content erased ${fmtTime(c.erased.at_us)} UTC by ${c.erased.by}` }));
   else if (c.withheld_events) bits.push(" ", el("span", { class: "badge erased", text: `content of ${c.withheld_events} event(s) sealed: no master key here` }));
