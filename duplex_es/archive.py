@@ -22,9 +22,10 @@ import os
 import re
 import tempfile
 import time
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import attrs
+import sqlalchemy as sa
 
 from duplex_es.domain.kinds import ENDED_BY
 from duplex_es.errors import OperationRefused
@@ -61,8 +62,10 @@ class ArchiveRefused(OperationRefused):
     Attributes:
         code: ``session_not_found``, ``session_live`` (not ended), ``session_archived``
             (archived before), ``ticks_pending`` (a tick not answered yet), ``session_moved``
-            (an event was appended while it was being written), ``archive_failed`` (the file
-            did not read back as written).
+            (an event was appended while it was being written), ``archive_exists`` (a file of
+            the archive's name exists: another run, or a copy of the database, wrote it),
+            ``archive_failed`` (the file could not be written, or did not read back as
+            written).
         session_id: the session.
     """
 
@@ -101,8 +104,8 @@ def archive_session(log: EventLog, session_id: str, directory: str, *, now_us: O
     """Archive the ended session ``session_id`` into ``directory`` (see the module).
 
     Raises:
-        ArchiveRefused: see its codes; the file may have been written, the log is unchanged.
-        OSError: the file could not be written; the log is unchanged.
+        ArchiveRefused: see its codes; the log is unchanged and no file is left behind (a file
+            already at the archive's name is left as it is: ``archive_exists``).
     """
     if archived_records(log.db, [session_id]):
         raise ArchiveRefused("session_archived", session_id, f"session {session_id} is archived already")
@@ -115,6 +118,12 @@ def archive_session(log: EventLog, session_id: str, directory: str, *, now_us: O
             "session_live", session_id,
             f"session {session_id} has not ended (last event {rows[-1].type} at seq {rows[-1].seq}): only ended sessions are archived",
         )
+    with log.db.read() as conn:
+        pending = driver_connection(conn).execute(
+            log.db.backend.sql("SELECT count(*) FROM ticks WHERE session_id = ? AND status IN ('pending', 'claimed')"), (session_id,)
+        ).fetchone()[0]
+    if pending:  # refused before any file is written (commit_archive checks again, in its transaction)
+        raise ArchiveRefused("ticks_pending", session_id, f"session {session_id} has {pending} tick(s) pending or claimed; archive it once they are answered")
     first = decode(rows[0].type, rows[0].version, rows[0].data)  # its clear fields: the principal
     clear = sum(1 for r in rows if r.sealed is None and has_content(decode(r.type, r.version, r.data, r.payload)))
     with log.db.read() as conn:
@@ -135,11 +144,34 @@ def archive_session(log: EventLog, session_id: str, directory: str, *, now_us: O
         key_created_at_us=None if key is None else key[1],
     )
     path = os.path.abspath(os.path.join(directory, archive_file_name(session_id)))
-    digest, size = write_archive(path, header, rows)
+    try:
+        digest, size = write_archive(path, header, rows)
+    except ArchiveError as exc:  # archive_exists: nothing written
+        raise ArchiveRefused(exc.code, session_id, str(exc)) from None
+    except OSError as exc:
+        raise ArchiveRefused("archive_failed", session_id, f"session {session_id}: writing {path} failed ({exc.strerror or exc}); nothing deleted") from None
+    try:
+        return _commit(log, session_id, path, digest, size, header, rows)
+    except ArchiveRefused:
+        # Refused, so surely not committed, and the file is ours (published under a name that
+        # did not exist): no archive that looks complete stays beside the log that still
+        # holds the session. Any other failure may have committed (a lost COMMIT reply): the
+        # file stays, it may be the only copy.
+        os.unlink(path)
+        raise
+
+
+def _commit(log: EventLog, session_id: str, path: str, digest: str, size: int, header: ArchiveHeader, rows: list) -> Archived:
+    """Check the written file and move the session out of the log (:func:`archive_session`)."""
     # Read back what is on disk before deleting anything: the rows must be the ones just read.
-    _, again = read_archive(path)
+    try:
+        _, again = read_archive(path)
+    except ArchiveError as exc:
+        raise ArchiveRefused("archive_failed", session_id, f"session {session_id}: {exc}; nothing deleted") from None
     if again != rows:
         raise ArchiveRefused("archive_failed", session_id, f"session {session_id}: the file {path} does not read back as written; nothing deleted")
+    clear = header.clear_content
+    now = header.archived_at_us
     record = ArchivedSession(
         session_id=session_id,
         location=path,
@@ -163,22 +195,37 @@ def archive_session(log: EventLog, session_id: str, directory: str, *, now_us: O
         raise ArchiveRefused("session_moved", session_id, f"session {session_id}: {exc} while it was archived; nothing deleted (try again)") from None
     except ArchiveError as exc:
         raise ArchiveRefused(exc.code, session_id, str(exc)) from None
+    except sa.exc.IntegrityError:  # another run (to another directory) recorded it first
+        raise ArchiveRefused("session_archived", session_id, f"session {session_id} was archived by another run meanwhile") from None
     return Archived(session_id, path, len(rows), size, record.stored_bytes)
 
 
 def archive_ended(
-    log: EventLog, directory: str, *, ended_before_us: int, limit: Optional[int] = None
+    log: EventLog,
+    directory: str,
+    *,
+    ended_before_us: int,
+    limit: Optional[int] = None,
+    on_archived: Optional[Callable[[Archived], None]] = None,
+    on_refused: Optional[Callable[[ArchiveRefused], None]] = None,
 ) -> tuple[list[Archived], list[ArchiveRefused]]:
     """Archive every session that ended before ``ended_before_us`` (Unix µs), oldest end first,
     at most ``limit``. Returns what was archived and what was refused (a session still with a
-    pending tick, or one that moved on: the next run takes it)."""
+    pending tick, or one that moved on: the next run takes it); ``on_archived`` and
+    ``on_refused`` hear of each as it happens."""
     done: list[Archived] = []
     refused: list[ArchiveRefused] = []
     for sid, _ended in log.sessions_ended_before(_ENDED_TYPES, ended_before_us, limit or 1_000_000):
         try:
-            done.append(archive_session(log, sid, directory))
+            a = archive_session(log, sid, directory)
         except ArchiveRefused as exc:
             refused.append(exc)
+            if on_refused is not None:
+                on_refused(exc)
+        else:
+            done.append(a)
+            if on_archived is not None:
+                on_archived(a)
     return done, refused
 
 
@@ -247,8 +294,8 @@ def open_archive(
                 mismatches.append(f"the file's SHA-256 is not the one recorded when it was written ({record.file_sha256[:16]}…): edited or replaced")
             if (header.events, header.last_seq, header.head_hash) != (record.events, record.last_seq, record.head_hash):
                 mismatches.append(
-                    f"the file holds {header.events} events up to seq {header.last_seq}, the log recorded {record.events} up to seq {record.last_seq} "
-                    "(or another head hash): not this session's archive"
+                    f"the file holds {header.events} events up to seq {header.last_seq} with head hash {header.head_hash[:16]}…, the log recorded "
+                    f"{record.events} up to seq {record.last_seq} with head hash {record.head_hash[:16]}…: not this session's archive"
                 )
             tail = [r for r in hot.read_raw(sid) if r.seq > header.last_seq]
         with hot.db.read() as conn:

@@ -107,12 +107,17 @@ class _Reading:
 
 
 @contextlib.contextmanager
-def _reading(args: argparse.Namespace, given: Optional[str], *, keys: Optional[KeyRing] = None) -> Iterator[_Reading]:
+def _reading(args: argparse.Namespace, given: Optional[str], *, keys: Optional[KeyRing] = None, strict: bool = True) -> Iterator[_Reading]:
     """The log a read command (replay, audit, inspect, export) works on: ``--db``'s, or, for
     ``--archive FILE`` or a session archived in ``--db`` (its file found where it was written,
     or in ``--archive-dir``), that session's archive (docs/privacy.md, "Archives"). With
     ``--archive``, ``--db`` is optional: it brings the session's key and erasure, and the
-    record the file is checked against."""
+    record the file is checked against.
+
+    A session's file that is not the one ``--db`` recorded (another digest, count or head, or
+    another session's file under its name) is refused ``archive_mismatch`` when ``strict``
+    (what it shows would not be what was archived; ``audit`` says how it differs); a file given
+    with ``--archive`` is read anyway, with a warning."""
     from duplex_es.archive import locate, open_archive
 
     master = _master_keys(args)
@@ -127,6 +132,8 @@ def _reading(args: argparse.Namespace, given: Optional[str], *, keys: Optional[K
                 sid = opened.header.session_id
                 if given and not sid.startswith(given):
                     raise CliError(f"--archive {path} holds session {sid}, not {given!r}")
+                if strict and opened.mismatches:
+                    errors.print(f"warning: --archive {escape(path)}: {escape('; '.join(opened.mismatches))}", highlight=False, soft_wrap=True)
                 yield _Reading(opened.log, sid, opened)
             return
         log = EventLog(_read_db(args), keys=keys, master_keys=master)
@@ -136,6 +143,11 @@ def _reading(args: argparse.Namespace, given: Optional[str], *, keys: Optional[K
             yield _Reading(log, sid)
             return
         with open_archive(locate(record, getattr(args, "archive_dir", None) or ()), hot=log, keys=keys, master_keys=master, session_id=sid) as opened:
+            if strict and opened.mismatches:
+                raise CliError(
+                    f"archive_mismatch: session {sid}'s file {opened.path} is not the one archived: {'; '.join(opened.mismatches)} "
+                    f"(`duplex-es audit {sid}` reports it; --archive {opened.path} reads it anyway)"
+                )
             yield _Reading(opened.log, sid, opened)
     except ArchiveError as exc:
         hint = " (moved? give --archive-dir DIR or --archive FILE)" if exc.code == "archive_missing" else ""
@@ -401,8 +413,10 @@ def cmd_archive(args: argparse.Namespace) -> int:
     from duplex_es.archive import ArchiveRefused, archive_ended, archive_session
     from duplex_es.retention import DAY_US
 
-    if bool(args.session_id) == (args.ended_days is not None):
+    if args.session_id and args.ended_days is not None:
         raise CliError("archive: name the sessions, or give --ended-days N (every session that ended N days ago or more), not both")
+    if not args.session_id and args.ended_days is None:
+        raise CliError("archive: name the sessions to archive, or give --ended-days N (every session that ended N days ago or more)")
     if not os.path.isdir(args.to):
         raise CliError(f"archive: --to {args.to} is not a directory")
     db = _read_db(args)
@@ -410,18 +424,23 @@ def cmd_archive(args: argparse.Namespace) -> int:
     size_before = _db_bytes(db)
     refused: list[ArchiveRefused] = []
     if args.session_id:
+        # Every id resolved before the first is archived: a typo stops the run before it
+        # moves anything, not half-way through.
+        sids = list(dict.fromkeys(_resolve_session(log, given) for given in args.session_id))
         done = []
-        for given in args.session_id:
+        for sid in sids:
             try:
-                done.append(archive_session(log, _resolve_session(log, given), args.to))
+                a = archive_session(log, sid, args.to)
             except ArchiveRefused as exc:
                 refused.append(exc)
+                _say_refused(exc)
+            else:
+                done.append(a)
+                _say_archived(a)
     else:
-        done, refused = archive_ended(log, args.to, ended_before_us=time.time_ns() // 1000 - int(args.ended_days * DAY_US))
-    for a in done:
-        console.print(f"archived session {a.session_id}: {a.events} events, {a.stored_bytes:,} bytes in the database -> {a.path} ({a.file_bytes:,} bytes)", highlight=False)
-    for exc in refused:
-        errors.print(f"not archived: session {escape(exc.session_id)} ({exc.code}): {escape(str(exc))}", highlight=False, soft_wrap=True)
+        done, refused = archive_ended(
+            log, args.to, ended_before_us=time.time_ns() // 1000 - int(args.ended_days * DAY_US), on_archived=_say_archived, on_refused=_say_refused
+        )
     console.print(
         f"{len(done)} session(s) archived, {sum(a.events for a in done)} events, {sum(a.stored_bytes for a in done):,} bytes of rows "
         f"-> {sum(a.file_bytes for a in done):,} bytes of files",
@@ -433,6 +452,16 @@ def cmd_archive(args: argparse.Namespace) -> int:
         compact(db)
         console.print(f"compacted {db.describe()}: {size_before:,} -> {_db_bytes(db):,} bytes", highlight=False)
     return 1 if refused and args.session_id else 0
+
+
+def _say_archived(a: Any) -> None:
+    """One line per archived session, printed as it is done (a run stopped by a fault later
+    has said what it moved)."""
+    console.print(f"archived session {a.session_id}: {a.events} events, {a.stored_bytes:,} bytes in the database -> {a.path} ({a.file_bytes:,} bytes)", highlight=False)
+
+
+def _say_refused(exc: Any) -> None:
+    errors.print(f"not archived: session {escape(exc.session_id)} ({exc.code}): {escape(str(exc))}", highlight=False, soft_wrap=True)
 
 
 def _db_bytes(db: Database) -> int:
@@ -511,7 +540,7 @@ def _recheck(args: argparse.Namespace, log: EventLog, given: Sequence[str]) -> i
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from duplex_es.audit import Violation, audit_all, audit_session
+    from duplex_es.audit import Violation, audit_all, audit_archived, audit_session
     from duplex_es.cli.render import audit_json, print_audit, print_tamper_notes
 
     keys = _chain_keys(args)
@@ -520,14 +549,26 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.checkpoint and args.archive:
         raise CliError("--checkpoint checks the log of --db, not an archive file")
     findings = []
-    with _reading(args, args.session_id, keys=keys) as reading:
-        log, session_id, opened = reading.log, reading.session_id, reading.archive
-        if opened is not None:  # one archived session, from its file
-            report = audit_session(log, session_id, key_rules=opened.key_known)  # type: ignore[arg-type]
-            extra = tuple(Violation("archive", opened.header.last_seq, m) for m in opened.mismatches)
-            audits = [attrs.evolve(report, violations=extra + report.violations, archive=opened.path)]
-        else:
-            audits = [audit_session(log, session_id)] if session_id else audit_all(log, archive_dirs=args.archive_dir or ())
+    key_known = True
+    record = None
+    if args.session_id and not args.archive:
+        hot = EventLog(_read_db(args), keys=keys, master_keys=_master_keys(args))
+        session_id = _resolve_session(hot, args.session_id)
+        record = archived_records(hot.db, [session_id]).get(session_id)
+    if record is not None:
+        # One archived session: a file missing, unreadable or not the one recorded is a
+        # violation (exit 1), as in the audit of every session, not a failure to run.
+        audits = [audit_archived(hot, record, args.archive_dir or ())]
+    else:
+        with _reading(args, args.session_id, keys=keys, strict=False) as reading:
+            log, session_id, opened = reading.log, reading.session_id, reading.archive
+            if opened is not None:  # --archive FILE
+                report = audit_session(log, session_id, key_rules=opened.key_known)  # type: ignore[arg-type]
+                extra = tuple(Violation("archive", opened.header.last_seq, m) for m in opened.mismatches)
+                audits = [attrs.evolve(report, violations=extra + report.violations, archive=opened.path)]
+                key_known = opened.key_known
+            else:
+                audits = [audit_session(log, session_id)] if session_id else audit_all(log, archive_dirs=args.archive_dir or ())
     if args.checkpoint:  # against the log of --db, an archived session's file included
         from duplex_es.store.checkpoint import verify_checkpoints
 
@@ -541,7 +582,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     else:
         print_audit(console, audits)
         print_tamper_notes(console, audits, keys, args.checkpoint, findings)
-        if reading.archive is not None and not reading.archive.key_known:
+        if not key_known:
             console.print(
                 "the archive was read without the database that holds its data key (--db): its content reads as withheld, "
                 "and whether its key was destroyed only by an erasure was not checked",

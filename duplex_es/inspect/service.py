@@ -316,12 +316,14 @@ class Inspector:
 
     def overview(self, session_id: str) -> dict[str, Any]:
         """:meth:`Timeline.overview` of the session (docs/inspector.md); an archived session's
-        adds ``archived`` (``{"location", "file_bytes", "archived_at_us", "ended_at_us"}``)."""
+        adds ``archived`` (``{"location", "file_bytes", "archived_at_us", "ended_at_us",
+        "mismatches"}``: how the file differs from the one archived, if it does)."""
         with self.session_lock(session_id):
             out = self.timeline(session_id).overview()
             opened = self._opened(session_id)
             if opened is not None and opened.record is not None:
-                out["archived"] = _archived(opened.record)
+                # A file of this session that is not the one archived shows, flagged (its audit fails).
+                out["archived"] = {**_archived(opened.record), "mismatches": list(opened.mismatches)}
             return out
 
     def seq_at(self, session_id: str, ms: int) -> int:

@@ -56,9 +56,10 @@ class Shelf:
         in the log). Call with the session's lock held, and use the answer only while holding it.
 
         Raises:
-            ArchiveError: the file is missing (``archive_missing``) or unreadable
-                (``archive_unreadable``); a file that is not the one recorded opens, and its
-                ``mismatches`` say how (the audit reports them).
+            ArchiveError: the file is missing (``archive_missing``), unreadable
+                (``archive_unreadable``) or another session's (``archive_mismatch``); a file of
+                this session that is not the one recorded opens, and its ``mismatches`` say how
+                (the audit reports them).
         """
         with self._lock:
             entry = self._open.get(session_id)
@@ -73,6 +74,9 @@ class Shelf:
         opened = stack.enter_context(
             open_archive(locate(record, self.archive_dirs), hot=self.log, keys=self.log.keys, master_keys=master, session_id=session_id)
         )
+        if opened.header.session_id != session_id:  # another session's file under its name
+            stack.close()
+            raise ArchiveError("archive_mismatch", f"archive {opened.path} holds session {opened.header.session_id}, not {session_id}", opened.path)
         with self._lock:
             self._open[session_id] = (stack, opened)
             victims = [sid for sid in self._open if sid != session_id][: max(0, len(self._open) - OPEN_ARCHIVES)]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import tempfile
 from typing import IO, Any, Iterable, Optional, Sequence
 
 import attrs
@@ -72,7 +73,7 @@ class ArchiveError(LogError):
     """An archive that cannot be written, read or trusted; nothing was changed.
 
     Attributes:
-        code: ``archive_unreadable`` (not an archive, truncated, corrupt compression or
+        code: ``archive_exists`` (a file is where one would be written), ``archive_unreadable`` (not an archive, truncated, corrupt compression or
             MessagePack), ``archive_mismatch`` (the file is not the one the database recorded:
             its digest, events or head hash differ), ``archive_missing`` (no file at the
             recorded location), ``session_archived`` (the session was archived already),
@@ -155,20 +156,56 @@ def _frame(out: IO[bytes], obj: Any) -> None:
     out.write(body)
 
 
-def write_archive(path: str, header: ArchiveHeader, rows: Iterable[RawRecord]) -> tuple[str, int]:
-    """Write the archive ``path`` atomically: into ``path + ".part"``, fsynced, renamed, its
-    directory fsynced — a crash leaves the old state or the whole file, never half of one.
+def write_archive(path: str, header: ArchiveHeader, rows: Iterable[RawRecord], *, replace: bool = False) -> tuple[str, int]:
+    """Write the archive ``path`` atomically: into a ``.part`` file of its own beside it,
+    fsynced, then published under ``path`` (a hard link, which refuses an existing name), its
+    directory fsynced — a crash leaves no file or the whole file, never half of one, and two
+    writers of one name never mix their bytes.
+
+    Args:
+        replace: overwrite a file already at ``path`` (tests and repair tools; ``archive``
+            never does: an existing archive may be the only copy of its events).
 
     Returns:
         ``(SHA-256 hex of the file, its size in bytes)``.
 
     Raises:
+        ArchiveError: ``archive_exists``: a file is at ``path`` already (another run of
+            ``archive``, or a copy of this database, wrote it); nothing was written.
         OSError: the file cannot be written (its directory missing, the disk full, ...).
         ValueError: a row belongs to another session.
     """
-    part = path + ".part"
+    directory, name = os.path.split(os.path.abspath(path))
+    fd, part = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=directory)
+    try:
+        _write_rows(fd, header, rows)
+        if replace:
+            os.replace(part, path)
+        else:
+            try:
+                os.link(part, path)
+            except FileExistsError:
+                raise ArchiveError(
+                    "archive_exists",
+                    f"archive {path}: a file of that name exists already (written by another run of `archive`, or from a copy of "
+                    "this database); it is left as it is: move it away if no database records it",
+                    path,
+                ) from None
+    finally:
+        if os.path.exists(part):
+            os.unlink(part)
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return file_sha256(path), os.path.getsize(path)
+
+
+def _write_rows(fd: int, header: ArchiveHeader, rows: Iterable[RawRecord]) -> None:
+    """The archive's bytes into the open file ``fd`` (closed after), fsynced."""
     compressor = zstandard.ZstdCompressor(level=LEVEL, write_checksum=True)
-    with open(part, "wb") as raw:
+    with open(fd, "wb") as raw:
         with compressor.stream_writer(raw, closefd=False) as out:
             _frame(out, attrs.asdict(header))
             frame: list[list] = []
@@ -183,13 +220,6 @@ def write_archive(path: str, header: ArchiveHeader, rows: Iterable[RawRecord]) -
                 _frame(out, frame)
         raw.flush()
         os.fsync(raw.fileno())
-    os.replace(part, path)
-    dir_fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return file_sha256(path), os.path.getsize(path)
 
 
 def file_sha256(path: str) -> str:
@@ -209,6 +239,18 @@ def _read_exact(stream: IO[bytes], n: int) -> bytes:
             break
         out += got
     return bytes(out)
+
+
+#: The header's fields a reader relies on, and their types.
+_HEADER_TYPES: dict[str, Any] = {
+    "session_id": str, "events": int, "first_seq": int, "last_seq": int, "head_hash": str, "principal": (str, type(None)),
+    "sealed_events": int, "clear_content": int, "ended_at_us": int, "archived_at_us": int, "source": str,
+    "key_created_at_us": (int, type(None)),
+}
+
+#: One row in a frame: position, seq, type, version, data, recorded_at_us, prev_hash, hash,
+#: key_id, payload, sealed (RawRecord's fields but the session id, in the header).
+_Row = tuple[int, int, str, int, str, int, str, str, Optional[str], Optional[bytes], Optional[int]]
 
 
 def read_archive(path: str) -> tuple[ArchiveHeader, list[RawRecord]]:
@@ -242,6 +284,9 @@ def read_archive(path: str) -> tuple[ArchiveHeader, list[RawRecord]]:
             if fields.get("version") != VERSION:
                 raise bad(f"version {fields.get('version')!r}; this duplex_es reads version {VERSION}")
             header = ArchiveHeader(**fields)
+            wrong = [k for k, kind in _HEADER_TYPES.items() if not isinstance(getattr(header, k), kind) or isinstance(getattr(header, k), bool)]
+            if wrong:
+                raise bad(f"header field(s) {', '.join(wrong)} of the wrong type")
             sid = header.session_id
             while True:
                 head = _read_exact(stream, 4)
@@ -255,12 +300,16 @@ def read_archive(path: str) -> tuple[ArchiveHeader, list[RawRecord]]:
                 body = _read_exact(stream, n)
                 if len(body) < n:
                     raise bad(f"cut off after {len(rows)} rows")
-                for r in msgspec.msgpack.decode(body):
+                # Typed: a row of the wrong shape (a crafted file) is unreadable, not a
+                # value the database or a reader chokes on later.
+                for r in msgspec.msgpack.decode(body, type=list[_Row]):
                     rows.append(RawRecord(r[0], sid, *r[1:]))
     except ArchiveError:
         raise
     except (zstandard.ZstdError, msgspec.DecodeError, TypeError, ValueError, IndexError) as exc:
         raise bad(f"{type(exc).__name__}: {exc}") from None
+    if header.events < 1:
+        raise bad("its header says it holds no events (an archive holds a whole ended session)")
     if len(rows) != header.events:
         raise bad(f"the header says {header.events} events, the file holds {len(rows)} (cut off?)")
     if rows and (rows[-1].seq != header.last_seq or rows[-1].hash != header.head_hash):

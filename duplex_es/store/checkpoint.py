@@ -109,11 +109,19 @@ def _body(cp: Checkpoint) -> dict[str, Any]:
     }
 
 
+def _last_position(conn: sa.Connection) -> int:
+    """The log's last position, archived sessions' last rows included: archiving the newest
+    session moves the log's highest position into a file, not out of the log's history."""
+    events = conn.execute(sa.select(sa.func.coalesce(sa.func.max(events_t.c.position), 0))).scalar_one()
+    archived = conn.execute(sa.select(sa.func.coalesce(sa.func.max(archived_t.c.last_position), 0))).scalar_one()
+    return max(int(events), int(archived))
+
+
 def _heads(conn: sa.Connection) -> tuple[int, int, tuple]:
     """The head position, the event count and every session's last event, archived sessions
     included (their rows are counted and their heads pinned from their ``archived_sessions``
     record, docs/privacy.md "Archives", unless the log holds events after them: an erasure)."""
-    head = conn.execute(sa.select(sa.func.coalesce(sa.func.max(events_t.c.position), 0))).scalar_one()
+    head = _last_position(conn)
     count = conn.execute(sa.select(sa.func.count()).select_from(events_t)).scalar_one()
     last = sa.select(events_t.c.session_id, sa.func.max(events_t.c.seq).label("seq")).group_by(events_t.c.session_id).subquery()
     rows = conn.execute(
@@ -267,7 +275,7 @@ def verify_checkpoints(
     with log.db.read() as conn:
         archived = _ArchivedRows(conn, archive_dirs)
         if session_id is None:
-            last = conn.execute(sa.select(sa.func.coalesce(sa.func.max(events_t.c.position), 0))).scalar_one()
+            last = _last_position(conn)
             for n, cp in reversed(list(enumerate(checkpoints, start=1))):
                 if last < cp.head_position:
                     bad.append(Finding("", 0, f"the log ends at position {last}, before checkpoint {n}'s head {cp.head_position} (its newest events were cut)"))

@@ -11,7 +11,7 @@ event did not commit (docs/architecture.md, I4).
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 import attrs
 import sqlalchemy as sa

@@ -23,7 +23,7 @@ from duplex_es.inspect import InspectError, Inspector
 from duplex_es.replay import replay
 from duplex_es.retention import DAY_US, RetentionPolicy, sweep
 from duplex_es.store import ANY_SEQ, Database, EventLog, KeyRing
-from duplex_es.store.checkpoint import verify_checkpoints, write_checkpoint
+from duplex_es.store.checkpoint import read_checkpoints, verify_checkpoints, write_checkpoint
 from duplex_es.store.archives import SessionArchivedError, compact, read_archive, write_archive
 from duplex_es.store.datakeys import MasterKeys
 
@@ -137,6 +137,7 @@ def test_only_ended_sessions_without_pending_ticks_are_archived_and_only_once(db
     with pytest.raises(ArchiveRefused) as err:
         archive_session(log, "sess_tick", str(tmp_path))
     assert err.value.code == "ticks_pending" and log.head("sess_tick") == 3
+    assert not list(tmp_path.glob("*.dxa*")) and not list(tmp_path.glob(".*.part"))  # refused before any file was written
 
     _spoken(log, "sess_done", seconds=1)
     archive_session(log, "sess_done", str(tmp_path))
@@ -191,7 +192,7 @@ def test_retention_erases_archived_sessions_past_their_age(db: Database, tmp_pat
     assert all(a.ok and a.erased_at_us == now + 4 * DAY_US for a in audit_all(log))
 
 
-def test_audit_names_an_edited_cut_moved_or_missing_archive(db: Database, tmp_path: Path):
+def test_audit_names_an_edited_cut_moved_or_missing_archive(db: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     log = EventLog(db)
     _spoken(log, "sess_x", seconds=1)
     done = archive_session(log, "sess_x", str(tmp_path))
@@ -200,7 +201,7 @@ def test_audit_names_an_edited_cut_moved_or_missing_archive(db: Database, tmp_pa
 
     # An edited event, rewritten into a well-formed file: the chain and the digest say so.
     edited = [attrs.evolve(r, data=r.data.replace("quartermaster", "quartermistress")) if r.type == "input.text.appended" else r for r in rows]
-    write_archive(done.path, header, edited)
+    write_archive(done.path, header, edited, replace=True)
     [report] = audit_all(log)
     seq = next(r.seq for r in rows if r.type == "input.text.appended")
     assert (("chain", seq) in {(v.check, v.seq) for v in report.violations}) and any(v.check == "archive" and "SHA-256" in v.message for v in report.violations)
@@ -227,6 +228,18 @@ def test_audit_names_an_edited_cut_moved_or_missing_archive(db: Database, tmp_pa
     report = next(a for a in audit_all(log, archive_dirs=[str(moved)]) if a.session_id == "sess_x")
     assert not report.ok and any("holds session sess_y, not sess_x" in v.message for v in report.violations)
 
+    # The command line: readers refuse a file that is not the one archived; audit of that one
+    # session reports it as a violation (exit 1), as a missing file.
+    from duplex_es.cli.main import main
+
+    url = db.url
+    assert main(["replay", "--db", url, "sess_x", "--archive-dir", str(moved)]) == 2
+    assert "archive_mismatch" in capsys.readouterr().err
+    assert main(["audit", "--db", url, "sess_x", "--archive-dir", str(moved)]) == 1
+    assert "holds session sess_y" in capsys.readouterr().out
+    assert main(["audit", "--db", url, "sess_x"]) == 1
+    assert "no such file" in capsys.readouterr().out
+
 
 def test_checkpoints_taken_before_and_after_archiving_still_verify_and_pin_the_file(db: Database, tmp_path: Path):
     """A signed checkpoint (docs/security.md, "Tamper evidence") pins every session's head and
@@ -248,13 +261,31 @@ def test_checkpoints_taken_before_and_after_archiving_still_verify_and_pin_the_f
     # The archived head, edited in the file and in its record: the file no longer matches the
     # record (audit), and the record no longer matches the checkpoints' pin.
     header, rows = read_archive(done.path)
-    write_archive(done.path, attrs.evolve(header, head_hash="0" * 64), rows[:-1] + [attrs.evolve(rows[-1], hash="0" * 64)])
+    write_archive(done.path, attrs.evolve(header, head_hash="0" * 64), rows[:-1] + [attrs.evolve(rows[-1], hash="0" * 64)], replace=True)
     report = next(a for a in audit_all(log) if a.session_id == "sess_a")
     assert not report.ok and {v.check for v in report.violations} >= {"archive", "chain"}
     with db.write() as conn:
         conn.execute(sa.text("UPDATE archived_sessions SET head_hash = :h WHERE session_id = 'sess_a'"), {"h": "0" * 64})
     [finding] = verify_checkpoints(log, checkpoints, ring)
     assert finding.session_id == "sess_a" and f"seq {done.events} differs" in finding.message
+
+
+def test_archiving_the_newest_session_does_not_look_like_a_cut_log(db: Database, tmp_path: Path):
+    """The newest positions moved into a file are still the log's history: checkpoints taken
+    before and after verify, and one taken with every session archived keeps the head."""
+    ring = KeyRing.from_keys([bytes(range(32, 64))])
+    log = EventLog(db, keys=ring)
+    _spoken(log, "sess_a", seconds=1)
+    _spoken(log, "sess_b", seconds=1)
+    head = log.read_raw("sess_b")[-1].position
+    checkpoints = tmp_path / "checkpoints"
+    write_checkpoint(log, checkpoints, ring)
+    archive_session(log, "sess_b", str(tmp_path))  # the session holding the newest positions
+    assert verify_checkpoints(log, checkpoints, ring) == []
+    archive_session(log, "sess_a", str(tmp_path))
+    write_checkpoint(log, checkpoints, ring)
+    assert read_checkpoints(checkpoints)[-1].head_position == head
+    assert verify_checkpoints(log, checkpoints, ring) == []
 
 
 def test_the_inspector_over_the_log_reads_an_archived_session_from_its_file(db: Database, tmp_path: Path):
@@ -275,7 +306,8 @@ def test_the_inspector_over_the_log_reads_an_archived_session_from_its_file(db: 
         assert listed["archived"]["location"] == done.path and inspector.sessions(status="closed") == []
         assert inspector.owner("sess_old") == (True, "alice") and inspector.owner("sess_none") == (False, None)
         shown = inspector.overview("sess_old")
-        assert shown.pop("archived")["file_bytes"] == done.file_bytes and shown == overview
+        archived = shown.pop("archived")
+        assert archived["file_bytes"] == done.file_bytes and archived["mismatches"] == [] and shown == overview
         assert inspector.wav("sess_old", "user") == wav and inspector.events("sess_old", 1, 50) == events
         [listed] = inspector.sessions(kind="speech")  # counted once opened
         assert {k: v for k, v in listed.items() if k not in ("status", "archived")} == {k: v for k, v in {**row, "audit": listed["audit"]}.items() if k != "status"}
@@ -294,3 +326,71 @@ def test_the_inspector_over_the_log_reads_an_archived_session_from_its_file(db: 
     found = Inspector(log, archive_dirs=(str(tmp_path / "cold"),))
     assert found.overview("sess_old")["head"] == overview["head"]
     found.close()
+
+
+def test_an_existing_file_is_never_overwritten_and_two_runs_at_once_archive_a_session_once(db: Database, tmp_path: Path):
+    """An archive may be the only copy of its events: a file already at the name (a copy of
+    this database archived it, another run is writing it) is left as it is and the session is
+    refused ``archive_exists``, the log unchanged; of two runs at once, one archives and the
+    other is refused, and the file is the one recorded."""
+    import threading
+
+    log = EventLog(db)
+    _spoken(log, "sess_a", seconds=1)
+    tmp_path = tmp_path / "archive"
+    tmp_path.mkdir()
+    (tmp_path / "sess_a.dxa").write_bytes(b"another copy's archive")
+    with pytest.raises(ArchiveRefused) as err:
+        archive_session(log, "sess_a", str(tmp_path))
+    assert err.value.code == "archive_exists" and str(tmp_path / "sess_a.dxa") in str(err.value)
+    assert (tmp_path / "sess_a.dxa").read_bytes() == b"another copy's archive" and log.head("sess_a") > 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sess_a.dxa"]  # no .part left
+    (tmp_path / "sess_a.dxa").unlink()
+
+    for n in range(4):
+        sid = f"sess_race{n}"
+        _spoken(log, sid, seconds=1)
+        outcomes: list = []
+        barrier = threading.Barrier(2)
+
+        def run() -> None:
+            barrier.wait()
+            try:
+                outcomes.append(archive_session(log, sid, str(tmp_path)))
+            except ArchiveRefused as exc:
+                outcomes.append(exc.code)
+
+        threads = [threading.Thread(target=run) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        refusals = [o for o in outcomes if isinstance(o, str)]
+        assert len(outcomes) == 2 and len(refusals) == 1 and refusals[0] in ("archive_exists", "session_archived"), outcomes
+    assert all(a.ok for a in audit_all(log)), [a.violations for a in audit_all(log) if not a.ok]
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
+
+
+def test_a_crafted_archive_with_fields_of_the_wrong_type_is_unreadable(tmp_path: Path):
+    import msgspec
+    import zstandard
+
+    from duplex_es.store.archives import ArchiveError
+
+    log_db = Database(f"sqlite:///{tmp_path / 'log.db'}", create=True)
+    from duplex_es.store import upgrade
+
+    upgrade(log_db)
+    log = EventLog(log_db)
+    _spoken(log, "sess_c", seconds=1)
+    done = archive_session(log, "sess_c", str(tmp_path))
+    header, rows = read_archive(done.path)
+    body = [[r.position, r.seq, r.type, r.version, {"not": "a string"}, r.recorded_at_us, r.prev_hash, r.hash, r.key_id, r.payload, r.sealed] for r in rows]
+    crafted = tmp_path / "crafted.dxa"
+    with open(crafted, "wb") as raw, zstandard.ZstdCompressor().stream_writer(raw) as out:
+        for obj in (attrs.asdict(header), body):
+            frame = msgspec.msgpack.encode(obj)
+            out.write(len(frame).to_bytes(4, "big") + frame)
+    with pytest.raises(ArchiveError) as err:
+        read_archive(str(crafted))
+    assert err.value.code == "archive_unreadable" and "Expected `str`, got `object`" in str(err.value)

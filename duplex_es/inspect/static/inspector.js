@@ -226,6 +226,7 @@ function renderSummary() {
   if (ov.kind === "speech") bits.push(` · user audio ${fmtMs(ov.user.audio_ms)} · ${ov.responses.length} response(s) · ${ov.errors.length} error(s)`);
   // Sealed content this server could not open (docs/privacy.md): say so, and why if erased.
   if (ov.archived) bits.push(" ", el("span", { class: "badge", title: ov.archived.location, text: `archived ${fmtTime(ov.archived.archived_at_us)} UTC, read from its file` }));
+  if (ov.archived && ov.archived.mismatches.length) bits.push(" ", el("span", { class: "badge erased", text: "the file is not the one archived: " + ov.archived.mismatches.join("; ") }));
   const c = ov.content || {};
   if (c.erased) bits.push(" ", el("span", { class: "badge erased", text: `content erased ${fmtTime(c.erased.at_us)} UTC by ${c.erased.by}` }));
   else if (c.withheld_events) bits.push(" ", el("span", { class: "badge erased", text: `content of ${c.withheld_events} event(s) sealed: no master key here` }));
