@@ -40,6 +40,7 @@ from duplex_es.store.archives import (
     commit_archive,
     file_sha256,
     locate,
+    pending_ticks,
     read_archive,
     write_archive,
 )
@@ -119,9 +120,7 @@ def archive_session(log: EventLog, session_id: str, directory: str, *, now_us: O
             f"session {session_id} has not ended (last event {rows[-1].type} at seq {rows[-1].seq}): only ended sessions are archived",
         )
     with log.db.read() as conn:
-        pending = driver_connection(conn).execute(
-            log.db.backend.sql("SELECT count(*) FROM ticks WHERE session_id = ? AND status IN ('pending', 'claimed')"), (session_id,)
-        ).fetchone()[0]
+        pending = pending_ticks(driver_connection(conn), log.db.backend.sql, session_id)
     if pending:  # refused before any file is written (commit_archive checks again, in its transaction)
         raise ArchiveRefused("ticks_pending", session_id, f"session {session_id} has {pending} tick(s) pending or claimed; archive it once they are answered")
     first = decode(rows[0].type, rows[0].version, rows[0].data)  # its clear fields: the principal

@@ -273,10 +273,11 @@ def audit_archived(log: EventLog, record: ArchivedSession, archive_dirs: Sequenc
 
 
 def audit_opened_archive(opened: "OpenedArchive", session_id: str) -> SessionAudit:
-    """:func:`audit_session` of an archive opened with its log
-    (:func:`duplex_es.archive.open_archive`), with how the file differs from what the log
-    recorded of it first (check ``archive``: another digest, event count or head hash)."""
-    report = audit_session(opened.log, session_id)
+    """:func:`audit_session` of an opened archive (:func:`duplex_es.archive.open_archive`),
+    with how the file differs from what the log recorded of it first (check ``archive``:
+    another digest, event count or head hash); the key's rules are checked only when its key
+    row came with it."""
+    report = audit_session(opened.log, session_id, key_rules=opened.key_known)
     last = opened.record.last_seq if opened.record is not None else opened.header.last_seq
     extra = tuple(Violation("archive", last, m) for m in opened.mismatches)
     return attrs.evolve(report, violations=extra + report.violations, archive=opened.path)

@@ -540,7 +540,7 @@ def _recheck(args: argparse.Namespace, log: EventLog, given: Sequence[str]) -> i
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from duplex_es.audit import Violation, audit_all, audit_archived, audit_session
+    from duplex_es.audit import audit_all, audit_archived, audit_opened_archive, audit_session
     from duplex_es.cli.render import audit_json, print_audit, print_tamper_notes
 
     keys = _chain_keys(args)
@@ -563,9 +563,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         with _reading(args, args.session_id, keys=keys, strict=False) as reading:
             log, session_id, opened = reading.log, reading.session_id, reading.archive
             if opened is not None:  # --archive FILE
-                report = audit_session(log, session_id, key_rules=opened.key_known)  # type: ignore[arg-type]
-                extra = tuple(Violation("archive", opened.header.last_seq, m) for m in opened.mismatches)
-                audits = [attrs.evolve(report, violations=extra + report.violations, archive=opened.path)]
+                audits = [audit_opened_archive(opened, session_id)]  # type: ignore[arg-type]
                 key_known = opened.key_known
             else:
                 audits = [audit_session(log, session_id)] if session_id else audit_all(log, archive_dirs=args.archive_dir or ())

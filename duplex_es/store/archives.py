@@ -73,7 +73,8 @@ class ArchiveError(LogError):
     """An archive that cannot be written, read or trusted; nothing was changed.
 
     Attributes:
-        code: ``archive_exists`` (a file is where one would be written), ``archive_unreadable`` (not an archive, truncated, corrupt compression or
+        code: ``archive_exists`` (a file is where one would be written),
+            ``archive_unreadable`` (not an archive, truncated, corrupt compression or
             MessagePack), ``archive_mismatch`` (the file is not the one the database recorded:
             its digest, events or head hash differ), ``archive_missing`` (no file at the
             recorded location), ``session_archived`` (the session was archived already),
@@ -241,13 +242,6 @@ def _read_exact(stream: IO[bytes], n: int) -> bytes:
     return bytes(out)
 
 
-#: The header's fields a reader relies on, and their types.
-_HEADER_TYPES: dict[str, Any] = {
-    "session_id": str, "events": int, "first_seq": int, "last_seq": int, "head_hash": str, "principal": (str, type(None)),
-    "sealed_events": int, "clear_content": int, "ended_at_us": int, "archived_at_us": int, "source": str,
-    "key_created_at_us": (int, type(None)),
-}
-
 #: One row in a frame: position, seq, type, version, data, recorded_at_us, prev_hash, hash,
 #: key_id, payload, sealed (RawRecord's fields but the session id, in the header).
 _Row = tuple[int, int, str, int, str, int, str, str, Optional[str], Optional[bytes], Optional[int]]
@@ -283,10 +277,8 @@ def read_archive(path: str) -> tuple[ArchiveHeader, list[RawRecord]]:
                 raise bad(f"format {fields.get('format') if isinstance(fields, dict) else None!r}, not {FORMAT!r}")
             if fields.get("version") != VERSION:
                 raise bad(f"version {fields.get('version')!r}; this duplex_es reads version {VERSION}")
-            header = ArchiveHeader(**fields)
-            wrong = [k for k, kind in _HEADER_TYPES.items() if not isinstance(getattr(header, k), kind) or isinstance(getattr(header, k), bool)]
-            if wrong:
-                raise bad(f"header field(s) {', '.join(wrong)} of the wrong type")
+            # Typed by ArchiveHeader's annotations: a field of the wrong type is unreadable.
+            header = msgspec.convert(fields, ArchiveHeader)
             sid = header.session_id
             while True:
                 head = _read_exact(stream, 4)
@@ -373,6 +365,12 @@ def archived_sealed_ended_before(db: Database, before_us: int) -> list[ArchivedS
         return [_record(r) for r in conn.execute(q).all()]
 
 
+def pending_ticks(raw: Any, sql: Any, session_id: str) -> int:
+    """How many of the session's ticks are pending or claimed (a worker may still answer
+    them: the session is not archived), on the driver connection ``raw``."""
+    return int(raw.execute(sql("SELECT count(*) FROM ticks WHERE session_id = ? AND status IN ('pending', 'claimed')"), (session_id,)).fetchone()[0])
+
+
 def commit_archive(log: EventLog, record: ArchivedSession) -> int:
     """Move the session of ``record`` out of the log, in one transaction, once its file is
     written and read back: record it in ``archived_sessions``, then delete its events (the
@@ -399,9 +397,7 @@ def commit_archive(log: EventLog, record: ArchivedSession) -> int:
         seq, digest = head if head is not None else (0, GENESIS)
         if seq != record.last_seq or digest != record.head_hash:
             raise WrongExpectedSeq(record.session_id, record.last_seq, seq)
-        pending = raw.execute(
-            sql("SELECT count(*) FROM ticks WHERE session_id = ? AND status IN ('pending', 'claimed')"), (record.session_id,)
-        ).fetchone()[0]
+        pending = pending_ticks(raw, sql, record.session_id)
         if pending:
             raise ArchiveError("ticks_pending", f"session {record.session_id} has {pending} tick(s) pending or claimed; archive it once they are answered")
         conn.execute(archived_t.insert().values(**attrs.asdict(record)))
